@@ -1,0 +1,14 @@
+from django.apps import AppConfig
+from django.core import checks
+from django.utils.translation import gettext_lazy as _
+
+
+class DjangoRedisLockConfig(AppConfig):
+    name = "django_redis_lock"
+    verbose_name = _("Redis locks")
+
+    def ready(self) -> None:
+        from .checks import check_cache, check_settings
+
+        checks.register(check_settings)
+        checks.register(check_cache, checks.Tags.caches)

@@ -1,0 +1,89 @@
+"""System checks: report bad django-redis-lock settings at start-up, not at the first lock.
+
+=========================  =================================================================
+id                         problem
+=========================  =================================================================
+django_redis_lock.E001     ``CACHE_ALIAS`` names a cache that is not in ``settings.CACHES``
+django_redis_lock.E002     that cache is not a Redis cache (or its classes cannot be imported)
+django_redis_lock.E003     that cache uses django-redis' ``ShardClient`` (no single connection)
+django_redis_lock.E004     a setting has the wrong type
+django_redis_lock.E005     a setting has a value out of range (zero or negative lease, NaN, ...)
+django_redis_lock.E006     ``CONNECTION_FACTORY`` cannot be imported or is not callable
+django_redis_lock.W001     an unknown ``DJANGO_REDIS_LOCK_*`` setting (a typo?)
+=========================  =================================================================
+
+The words come from the same validation that runs when a setting is read (``conf.py``) and
+when a connection is made (``connection.py``), so the check and the runtime error agree.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error
+from django.core.checks import Warning as CheckWarning
+
+from .conf import PREFIX, SETTINGS, InvalidSetting, lock_settings
+from .connection import UnsupportedCache, cache_backend
+
+__all__ = ["check_cache", "check_settings"]
+
+_SETTING_PROBLEM_IDS = {
+    "type": "django_redis_lock.E004",
+    "value": "django_redis_lock.E005",
+    "import": "django_redis_lock.E006",
+}
+
+
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Each known setting has a usable value; unknown ``DJANGO_REDIS_LOCK_*`` names warn."""
+    messages: list[CheckMessage] = []
+    for name in SETTINGS:
+        try:
+            lock_settings.get(name)
+        except InvalidSetting as exc:
+            messages.append(
+                Error(exc.message, hint=exc.hint or None, id=_SETTING_PROBLEM_IDS[exc.problem])
+            )
+    messages.extend(_unknown_settings(name for name in dir(settings) if name.startswith(PREFIX)))
+    return messages
+
+
+def _unknown_settings(names: Iterable[str]) -> list[CheckMessage]:
+    known = [setting.full_name for setting in SETTINGS.values()]
+    warnings: list[CheckMessage] = []
+    for name in sorted(set(names) - set(known)):
+        # Compare without the shared prefix, which would make every name look close.
+        close = difflib.get_close_matches(name.removeprefix(PREFIX), list(SETTINGS), n=1, cutoff=0.6)
+        hint = (
+            f"Did you mean {PREFIX}{close[0]}?" if close else f"Known settings: {', '.join(known)}."
+        )
+        warnings.append(
+            CheckWarning(
+                f"{name} is not a django-redis-lock setting and is ignored.",
+                hint=hint,
+                id="django_redis_lock.W001",
+            )
+        )
+    return warnings
+
+
+def check_cache(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """The cache alias gives one Redis connection (skipped when a factory supplies it)."""
+    try:
+        if lock_settings.CONNECTION_FACTORY is not None:
+            return []
+        cache_backend(lock_settings.CACHE_ALIAS)
+    except InvalidSetting:
+        return []  # check_settings reports it; one problem, one message.
+    except UnsupportedCache as exc:
+        return [Error(exc.message, hint=exc.hint, id=exc.check_id)]
+    return []

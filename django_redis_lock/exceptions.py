@@ -1,0 +1,87 @@
+"""The exceptions django-redis-lock raises.
+
+Every one derives from :class:`LockError`, so ``except LockError`` catches any lock failure
+while leaving programming errors (``TypeError``, ``ValueError``) and configuration errors
+(``ImproperlyConfigured``) to surface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "LockBackendError",
+    "LockError",
+    "LockLost",
+    "LockNotAcquired",
+    "LockNotOwned",
+]
+
+
+class LockError(Exception):
+    """Base class of every lock failure; ``name`` is the lock's readable name, if known."""
+
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class LockNotAcquired(LockError):
+    """The wait ran out while someone else held the lock.
+
+    ``ttl`` is how many seconds the holder's lease had left when we gave up (``None`` if
+    unknown), and ``owner`` the holder's owner record (host, pid, label, ...), so the message
+    can say who is in the way instead of just "timeout".
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        owner: Mapping[str, Any] | None = None,
+        waited: float | None = None,
+    ) -> None:
+        self.ttl = ttl
+        self.owner = dict(owner) if owner is not None else None
+        self.waited = waited
+        super().__init__(self._describe(name), name=name)
+
+    def _describe(self, name: str) -> str:
+        message = f"Could not acquire lock {name!r}"
+        if self.waited is not None:
+            message += f" within {self.waited:.3g}s"
+        if self.owner:
+            holder = "/".join(
+                str(self.owner[part]) for part in ("host", "pid", "thread") if part in self.owner
+            )
+            if holder:
+                message += f": held by {holder}"
+            if self.owner.get("label"):
+                message += f" ({self.owner['label']})"
+        if self.ttl is not None:
+            message += f", lease ends in {self.ttl:.3g}s"
+        return message
+
+
+class LockNotOwned(LockError):
+    """An operation needed our lease (release, extend) but we do not hold it.
+
+    Either we never acquired, or our lease ended and possibly someone else holds the lock now;
+    in both cases nothing of anyone else's was touched.
+    """
+
+
+class LockLost(LockError):
+    """Our lease ended while we believed we held the lock (expired, deleted, or force-released).
+
+    Work done since may have overlapped another holder's: treat its results with suspicion.
+    """
+
+
+class LockBackendError(LockError):
+    """Redis could not be reached, or did not answer in time.
+
+    The original redis-py exception is chained as ``__cause__``.
+    """

@@ -1,0 +1,96 @@
+"""Real-Redis fixtures: private redis-server processes, never a mock.
+
+- ``redis_url``: the session's server. Set ``REDIS_URL`` to use an external server instead
+  (give it a dedicated database number: the suite empties that database before every test).
+  Without it, a private ``redis-server`` is started on a free loopback port.
+- ``redis_server_factory``: starts extra private servers for one test (restarts, replicas,
+  clusters) and stops them, by pid, when the test ends.
+- ``redis_client``: a redis-py client on the session's database, emptied before each test.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from django.test import override_settings
+
+from django_redis_lock.embedded import EmbeddedRedis
+
+ServerFactory = Callable[..., EmbeddedRedis]
+
+
+def django_redis_caches(url: str, **options: Any) -> dict[str, Any]:
+    """A CACHES setting with one django-redis cache at ``url``."""
+    return {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": url,
+            "OPTIONS": options,
+        }
+    }
+
+
+class _Servers:
+    def __init__(self, directory_factory: Callable[[], Any]) -> None:
+        self._directory_factory = directory_factory
+        self.started: list[EmbeddedRedis] = []
+
+    def start(self, **kwargs: Any) -> EmbeddedRedis:
+        kwargs.setdefault("directory", self._directory_factory())
+        server = EmbeddedRedis(**kwargs).start()
+        self.started.append(server)
+        return server
+
+    def stop_all(self) -> None:
+        while self.started:
+            self.started.pop().stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = os.environ.get("REDIS_URL")
+    if external:
+        yield external
+        return
+    servers = _Servers(lambda: tmp_path_factory.mktemp("redis-session"))
+    try:
+        yield servers.start().url
+    finally:
+        servers.stop_all()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _caches_on_test_redis(redis_url: str) -> Iterator[None]:
+    with override_settings(CACHES=django_redis_caches(redis_url)):
+        yield
+
+
+@pytest.fixture(scope="session")
+def _session_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_client(_session_client: redis.Redis) -> redis.Redis:
+    return _session_client
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis_db(_session_client: redis.Redis) -> None:
+    # Only the session database (ours, or the one REDIS_URL names) is ever flushed.
+    _session_client.flushdb()
+
+
+@pytest.fixture
+def redis_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
+    servers = _Servers(lambda: tmp_path_factory.mktemp("redis"))
+    try:
+        yield servers.start
+    finally:
+        servers.stop_all()

