@@ -60,9 +60,13 @@ def _unknown_settings(names: Iterable[str]) -> list[CheckMessage]:
     warnings: list[CheckMessage] = []
     for name in sorted(set(names) - set(known)):
         # Compare without the shared prefix, which would make every name look close.
-        close = difflib.get_close_matches(name.removeprefix(PREFIX), list(SETTINGS), n=1, cutoff=0.6)
+        close = difflib.get_close_matches(
+            name.removeprefix(PREFIX), list(SETTINGS), n=1, cutoff=0.6
+        )
         hint = (
-            f"Did you mean {PREFIX}{close[0]}?" if close else f"Known settings: {', '.join(known)}."
+            f"Did you mean {PREFIX}{close[0]}?"
+            if close
+            else f"Known settings: {', '.join(known)}."
         )
         warnings.append(
             CheckWarning(

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from numbers import Real
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -97,15 +97,13 @@ def _seconds(*, allow_zero: bool) -> Callable[[str, Any], float]:
 
 def _boolean(setting: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise InvalidSetting(
-            setting, f"must be True or False, not {value!r}.", problem="type"
-        )
+        raise InvalidSetting(setting, f"must be True or False, not {value!r}.", problem="type")
     return value
 
 
 def _optional_callable(setting: str, value: Any) -> Callable[..., Any] | None:
     if value is None or callable(value):
-        return value
+        return cast("Callable[..., Any] | None", value)
     if not isinstance(value, str):
         raise InvalidSetting(
             setting,
@@ -115,14 +113,10 @@ def _optional_callable(setting: str, value: Any) -> Callable[..., Any] | None:
     try:
         target = import_string(value)
     except ImportError as exc:
-        raise InvalidSetting(
-            setting, f"cannot be imported: {exc}", problem="import"
-        ) from exc
+        raise InvalidSetting(setting, f"cannot be imported: {exc}", problem="import") from exc
     if not callable(target):
-        raise InvalidSetting(
-            setting, f"names {value!r}, which is not callable.", problem="import"
-        )
-    return target
+        raise InvalidSetting(setting, f"names {value!r}, which is not callable.", problem="import")
+    return cast("Callable[..., Any]", target)
 
 
 @dataclass(frozen=True)
@@ -208,35 +202,35 @@ class LockSettings:
 
     @property
     def CACHE_ALIAS(self) -> str:
-        return self.get("CACHE_ALIAS")
+        return cast("str", self.get("CACHE_ALIAS"))
 
     @property
     def KEY_PREFIX(self) -> str:
-        return self.get("KEY_PREFIX")
+        return cast("str", self.get("KEY_PREFIX"))
 
     @property
     def TIMEOUT(self) -> float:
-        return self.get("TIMEOUT")
+        return cast("float", self.get("TIMEOUT"))
 
     @property
     def WAIT(self) -> float:
-        return self.get("WAIT")
+        return cast("float", self.get("WAIT"))
 
     @property
     def AUTO_RENEW(self) -> bool:
-        return self.get("AUTO_RENEW")
+        return cast("bool", self.get("AUTO_RENEW"))
 
     @property
     def FAIL_OPEN(self) -> bool:
-        return self.get("FAIL_OPEN")
+        return cast("bool", self.get("FAIL_OPEN"))
 
     @property
     def ENABLED(self) -> bool:
-        return self.get("ENABLED")
+        return cast("bool", self.get("ENABLED"))
 
     @property
     def CONNECTION_FACTORY(self) -> Callable[[str], Any] | None:
-        return self.get("CONNECTION_FACTORY")
+        return cast("Callable[[str], Any] | None", self.get("CONNECTION_FACTORY"))
 
 
 lock_settings = LockSettings()

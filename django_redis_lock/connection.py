@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.cache import caches
@@ -145,9 +145,10 @@ def _connect(alias: str) -> RedisClient:
         return client
     if cache_backend(alias) is CacheBackend.DJANGO_REDIS:
         # write=True: the primary, never a replica (also for SentinelClient).
-        return get_redis_connection(alias, write=True)
+        return cast(RedisClient, get_redis_connection(alias, write=True))
     # Django's backend has no public accessor for its client; its first server takes writes.
-    return caches[alias]._cache.get_client(write=True)  # type: ignore[attr-defined]
+    django_cache: Any = caches[alias]
+    return cast(RedisClient, django_cache._cache.get_client(write=True))
 
 
 # One client per alias for the whole process: redis-py clients are thread-safe and

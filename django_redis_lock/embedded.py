@@ -188,11 +188,12 @@ class EmbeddedRedis:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent if self._die_with_parent else None,  # noqa: PLW1509
+            preexec_fn=_die_with_parent if self._die_with_parent else None,
         )
 
     def _wait_until_ready(self) -> bool:
-        assert self._process is not None and self.port is not None
+        assert self._process is not None
+        assert self.port is not None
         deadline = time.monotonic() + _START_TIMEOUT
         while time.monotonic() < deadline:
             if self._answers():
@@ -208,6 +209,7 @@ class EmbeddedRedis:
         # Ask for the pid: on a port that another server took meanwhile, a bare PING would be
         # answered by the wrong process.
         assert self._process is not None
+        assert self.port is not None
         client = redis.Redis(
             host=self.host, port=self.port, socket_timeout=1.0, retry=Retry(NoBackoff(), 0)
         )

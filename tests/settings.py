@@ -4,7 +4,7 @@ The cache LOCATION is a placeholder: ``conftest.py`` starts a private redis-serv
 ``REDIS_URL``) and points CACHES at it for the whole session before any test runs.
 """
 
-SECRET_KEY = "django-redis-lock-tests"  # noqa: S105 - test settings only
+SECRET_KEY = "django-redis-lock-tests"
 DEBUG = False
 USE_TZ = True
 

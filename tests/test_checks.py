@@ -127,7 +127,8 @@ def test_missing_alias_fires_e001(settings):
     settings.DJANGO_REDIS_LOCK_CACHE_ALIAS = "locks"
     [message] = our_messages()
     assert message.id == "django_redis_lock.E001"
-    assert "'locks'" in message.msg and "'default'" in message.msg
+    assert "'locks'" in message.msg
+    assert "'default'" in message.msg
 
 
 @pytest.mark.parametrize(
@@ -152,7 +153,8 @@ def test_unimportable_backend_fires_e002(settings):
     settings.CACHES = {"default": {"BACKEND": "no.such.Backend"}}
     [message] = check_cache()
     assert message.id == "django_redis_lock.E002"
-    assert "'no.such.Backend'" in message.msg and "cannot be imported" in message.msg
+    assert "'no.such.Backend'" in message.msg
+    assert "cannot be imported" in message.msg
 
 
 def test_unimportable_client_class_fires_e002(settings, redis_url):
@@ -224,5 +226,5 @@ def test_check_command_exits_non_zero_on_errors(settings):
     from django.core.management.base import SystemCheckError
 
     settings.DJANGO_REDIS_LOCK_TIMEOUT = -1
-    with pytest.raises(SystemCheckError, match="django_redis_lock.E005"):
+    with pytest.raises(SystemCheckError, match=r"django_redis_lock\.E005"):
         call_command("check")

@@ -82,7 +82,7 @@ def test_connection_factory_is_called_with_the_alias_once(settings, redis_client
 
 def test_connection_factory_must_return_a_redis_client(settings):
     settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.factories.not_a_client"
-    with pytest.raises(ImproperlyConfigured, match="returned 'object'.*redis.Redis"):
+    with pytest.raises(ImproperlyConfigured, match=r"returned 'object'.*redis\.Redis"):
         get_redis_client()
 
 
@@ -119,7 +119,9 @@ def test_bad_settings_surface_when_connecting(settings):
         get_redis_client()
 
 
-@pytest.mark.parametrize(("alias", "error"), [(5, TypeError), (b"default", TypeError), ("", ValueError)])
+@pytest.mark.parametrize(
+    ("alias", "error"), [(5, TypeError), (b"default", TypeError), ("", ValueError)]
+)
 def test_bad_alias_argument(alias, error):
     with pytest.raises(error):
         get_redis_client(alias)

@@ -1,7 +1,5 @@
 import os
-import select
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -12,22 +10,7 @@ import redis
 
 from django_redis_lock import embedded
 from django_redis_lock.embedded import EmbeddedRedis, RedisServerNotFound, find_redis_server
-
-
-def port_is_open(host, port):
-    with socket.socket() as sock:
-        return sock.connect_ex((host, port)) == 0
-
-
-def wait_for_exit(pid, timeout):
-    """Block until process ``pid`` (not our child) has exited; False on timeout."""
-    fd = os.pidfd_open(pid)
-    try:
-        readable, _, _ = select.select([fd], [], [], timeout)
-        return bool(readable)
-    finally:
-        os.close(fd)
-
+from tests.helpers import port_is_open, wait_for_exit
 
 # -- finding the binary ----------------------------------------------------------------------
 
@@ -110,7 +93,8 @@ def test_restart_keeps_the_port_and_loses_the_data(redis_server_factory):
     port, old_pid = server.port, server.pid
     redis.Redis.from_url(server.url).set("k", "v")
     server.restart()
-    assert server.port == port and server.pid != old_pid
+    assert server.port == port
+    assert server.pid != old_pid
     assert redis.Redis.from_url(server.url).get("k") is None
 
 

@@ -34,7 +34,8 @@ def test_not_acquired_names_the_holder_and_the_lease():
 def test_not_acquired_with_nothing_known():
     error = LockNotAcquired("x")
     assert str(error) == "Could not acquire lock 'x'"
-    assert error.owner is None and error.ttl is None
+    assert error.owner is None
+    assert error.ttl is None
 
 
 def test_owner_record_is_copied():

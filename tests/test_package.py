@@ -28,7 +28,9 @@ def test_app_config():
 
 def test_only_conf_reads_our_settings():
     package = Path(django_redis_lock.__file__).parent
-    reads_our_setting = re.compile(r"settings\.DJANGO_REDIS_LOCK_|getattr\(\s*settings,\s*f?[\"']DJANGO_")
+    reads_our_setting = re.compile(
+        r"settings\.DJANGO_REDIS_LOCK_|getattr\(\s*settings,\s*f?[\"']DJANGO_"
+    )
     offenders = [
         str(path.relative_to(package))
         for path in package.rglob("*.py")

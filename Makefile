@@ -1,0 +1,46 @@
+# The two commands: `make demo` and `make test`. Each creates .venv when it is missing.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help demo test lint format tox clean
+
+help:
+	@echo "make demo   serve the example project on http://127.0.0.1:8000/ (embedded Redis unless REDIS_URL is set)"
+	@echo "make test   run the whole test suite against private redis-server processes"
+	@echo "make lint   ruff and mypy"
+	@echo "make tox    the Python x Django matrix"
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
+		{ echo "django-redis-lock needs Python 3.10 or newer; run: make PYTHON=python3.12 ..." >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+# One stamp per extra: re-install when the package metadata changes.
+$(VENV)/.installed-%: setup.cfg pyproject.toml | $(BIN)/python
+	$(PIP) install --quiet -e '.[$*]'
+	@touch $@
+
+demo: $(VENV)/.installed-embedded
+	$(BIN)/python example_project/demo.py
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: $(VENV)/.installed-dev
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+tox: $(VENV)/.installed-dev
+	$(BIN)/tox
+
+clean:
+	rm -rf $(VENV) .tox build dist *.egg-info example_project/.redis example_project/db.sqlite3

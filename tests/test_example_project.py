@@ -1,0 +1,152 @@
+"""The example project, run the way ``make demo`` runs it: a real server, a real Redis."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.helpers import free_port, port_is_open, wait_for_exit
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "example_project"
+
+
+def demo_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DJANGO_SETTINGS_MODULE"}}
+    env.update(DEMO_DATABASE=str(tmp_path / "db.sqlite3"), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+class Demo:
+    """``demo.py`` in a subprocess, its output read line by line as it comes."""
+
+    def __init__(self, tmp_path: Path, *args: str, **env: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.process = subprocess.Popen(
+            [sys.executable, str(EXAMPLE / "demo.py"), "--addr", f"127.0.0.1:{self.port}",
+             "--redis-dir", str(tmp_path / "redis"), *args],
+            env=demo_env(tmp_path, **env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.output: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.output.append(line)
+            self.lines.put(line)
+
+    def wait_for_line(self, pattern: str, timeout: float = 60) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if match := re.search(pattern, line):
+                return match
+        raise AssertionError(f"no line matching {pattern!r}; output:\n{''.join(self.output)}")
+
+    def get(self, path: str = "", timeout: float = 30) -> tuple[int, str]:
+        # runserver prints its banner just before binding: retry refused connections briefly.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + path, timeout=10) as response:
+                    return response.status, response.read().decode()
+            except urllib.error.HTTPError as exc:
+                return exc.code, exc.read().decode()
+            except urllib.error.URLError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise
+                time.sleep(0.1)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=30)
+        self.process.stdout.close()  # type: ignore[union-attr]
+        return code
+
+
+@pytest.fixture
+def run_demo(tmp_path):
+    demos: list[Demo] = []
+
+    def start(*args: str, **env: str) -> Demo:
+        demos.append(Demo(tmp_path, *args, **env))
+        return demos[-1]
+
+    yield start
+    for demo in demos:
+        demo.stop()
+
+
+def test_demo_with_embedded_redis_serves_home_and_cleans_up(run_demo):
+    demo = run_demo()
+    match = demo.wait_for_line(r"embedded redis-server (\S+) on (\S+) \(pid (\d+)\)")
+    binary, redis_url, redis_pid = match.group(1), match.group(2), int(match.group(3))
+    demo.wait_for_line(r"serving http://")
+
+    status, page = demo.get()
+    assert status == 200
+    assert 'id="redis-status">connected' in page
+    server = redis.Redis.from_url(redis_url)
+    version = server.info("server")["redis_version"]
+    server.close()
+    assert f'id="redis-version">{version}<' in page
+    assert f'id="redis-address">127.0.0.1:{redis_url.rsplit(":", 1)[1].split("/")[0]}/0<' in page
+    assert binary in page  # says which binary is the embedded server
+
+    assert demo.stop() == 0
+    assert wait_for_exit(redis_pid, timeout=10), "the embedded redis-server outlived the demo"
+    assert not port_is_open("127.0.0.1", demo.port), (
+        "runserver (or its reloader child) outlived the demo"
+    )
+
+
+def test_demo_uses_redis_url_when_given(run_demo, redis_url):
+    demo = run_demo("--noreload", REDIS_URL=redis_url)
+    demo.wait_for_line(r"using REDIS_URL=")
+    status, page = demo.get()
+    assert status == 200
+    assert "<code>REDIS_URL</code> was given" in page
+    port = redis.Redis.from_url(redis_url).connection_pool.connection_kwargs["port"]
+    assert f":{port}/" in page
+    assert "embedded redis-server" not in "".join(demo.output)
+
+
+def test_home_page_reports_an_unreachable_redis(run_demo):
+    demo = run_demo("--noreload", REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
+    demo.wait_for_line(r"serving http://")
+    status, page = demo.get()
+    assert status == 503
+    assert "unreachable" in page
+
+
+def test_example_project_passes_its_checks(tmp_path, redis_url):
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLE / "manage.py"), "check", "--fail-level", "WARNING"],
+        env=demo_env(tmp_path, REDIS_URL=redis_url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
