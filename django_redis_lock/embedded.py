@@ -188,6 +188,9 @@ class EmbeddedRedis:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Its own session: a Ctrl-C meant for the program that started it (the demo, a
+            # test run) must not stop Redis before that program has shut down in order.
+            start_new_session=True,
             preexec_fn=_die_with_parent if self._die_with_parent else None,
         )
 

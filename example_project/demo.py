@@ -35,29 +35,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     options = parser.parse_args(argv)
 
-    env = dict(os.environ)
-    server = None
-    if not env.get("REDIS_URL"):
-        from django_redis_lock.embedded import EmbeddedRedis, RedisServerNotFound
-
-        try:
-            server = EmbeddedRedis(directory=options.redis_dir).start()
-        except RedisServerNotFound as exc:
-            print(f"demo: {exc}", file=sys.stderr)
-            return 1
-        env["REDIS_URL"] = server.url
-        env["DEMO_EMBEDDED_REDIS"] = server.binary
-        print(f"demo: embedded redis-server {server.binary} on {server.url} (pid {server.pid})")
-    else:
-        print(f"demo: using REDIS_URL={env['REDIS_URL']}")
-
-    # Stop the server on SIGTERM as on Ctrl-C: turn both into one clean path through `finally`.
-    def stop(signum: int, frame: object) -> None:
+    # Ctrl-C and SIGTERM take one clean path through `finally`. A shell starts background
+    # jobs with SIGINT ignored, so Ctrl-C is re-armed explicitly.
+    def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, stop)
-    runserver = None
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
+
+    env = dict(os.environ)
+    server = runserver = None
     try:
+        if env.get("REDIS_URL"):
+            print(f"demo: using REDIS_URL={env['REDIS_URL']}")
+        else:
+            from django_redis_lock.embedded import EmbeddedRedis, RedisServerNotFound
+
+            try:
+                server = EmbeddedRedis(directory=options.redis_dir).start()
+            except RedisServerNotFound as exc:
+                print(f"demo: {exc}", file=sys.stderr)
+                return 1
+            env["REDIS_URL"] = server.url
+            env["DEMO_EMBEDDED_REDIS"] = server.binary
+            print(
+                f"demo: embedded redis-server {server.binary} on {server.url} (pid {server.pid})"
+            )
+
         if _manage("migrate", "--noinput", "-v", "0", env=env).wait() != 0:
             return 1
         print(f"demo: serving http://{options.addr}/  (Ctrl-C stops the site and its Redis)")

@@ -44,7 +44,8 @@ class Demo:
         )  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()
         self.output: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -77,10 +78,11 @@ class Demo:
                     raise
                 time.sleep(0.1)
 
-    def stop(self) -> int:
+    def stop(self, signum: int = signal.SIGTERM) -> int:
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.process.send_signal(signum)
         code = self.process.wait(timeout=30)
+        self._reader.join(timeout=10)  # all output read before anyone looks at it
         self.process.stdout.close()  # type: ignore[union-attr]
         return code
 
@@ -98,7 +100,8 @@ def run_demo(tmp_path):
         demo.stop()
 
 
-def test_demo_with_embedded_redis_serves_home_and_cleans_up(run_demo):
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_demo_with_embedded_redis_serves_home_and_cleans_up(run_demo, stop_signal):
     demo = run_demo()
     match = demo.wait_for_line(r"embedded redis-server (\S+) on (\S+) \(pid (\d+)\)")
     binary, redis_url, redis_pid = match.group(1), match.group(2), int(match.group(3))
@@ -114,7 +117,8 @@ def test_demo_with_embedded_redis_serves_home_and_cleans_up(run_demo):
     assert f'id="redis-address">127.0.0.1:{redis_url.rsplit(":", 1)[1].split("/")[0]}/0<' in page
     assert binary in page  # says which binary is the embedded server
 
-    assert demo.stop() == 0
+    assert demo.stop(stop_signal) == 0
+    assert "embedded redis-server stopped" in "".join(demo.output)
     assert wait_for_exit(redis_pid, timeout=10), "the embedded redis-server outlived the demo"
     assert not port_is_open("127.0.0.1", demo.port), (
         "runserver (or its reloader child) outlived the demo"
