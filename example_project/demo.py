@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if _manage("migrate", "--noinput", "-v", "0", env=env).wait() != 0:
             return 1
-        print(f"demo: serving http://{options.addr}/  (Ctrl-C stops the site and its Redis)")
+        stops = "the site and its Redis" if server is not None else "the site"
+        print(f"demo: serving http://{options.addr}/  (Ctrl-C stops {stops})")
         extra = ["--noreload"] if options.noreload else []
         # Its own session, so that we can stop the auto-reloader *and* its child together.
         runserver = _manage("runserver", options.addr, *extra, env=env, start_new_session=True)
