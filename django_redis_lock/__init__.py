@@ -3,7 +3,8 @@
 The public API is re-exported here; import from ``django_redis_lock``, not its modules.
 """
 
-from .connection import get_redis_client
+from .connection import get_async_redis_client, get_redis_client
+from .decorators import lock
 from .exceptions import (
     LockBackendError,
     LockError,
@@ -11,15 +12,31 @@ from .exceptions import (
     LockNotAcquired,
     LockNotOwned,
 )
+from .lock import Lock
+from .signals import (
+    lock_acquired,
+    lock_contended,
+    lock_force_released,
+    lock_lost,
+    lock_released,
+)
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "Lock",
     "LockBackendError",
     "LockError",
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
     "__version__",
+    "get_async_redis_client",
     "get_redis_client",
+    "lock",
+    "lock_acquired",
+    "lock_contended",
+    "lock_force_released",
+    "lock_lost",
+    "lock_released",
 ]

@@ -15,10 +15,14 @@ change; ``checks.py`` reports the same problems at start-up.
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import inspect
 import threading
+import weakref
 from typing import Any, cast
 
+import redis.asyncio
 from django.conf import settings
 from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
@@ -30,6 +34,7 @@ from django_redis import get_redis_connection
 from django_redis.cache import RedisCache as DjangoRedisRedisCache
 from django_redis.client import ShardClient
 from redis import Redis
+from redis import connection as sync_connection
 from redis.cluster import RedisCluster
 
 from .conf import PREFIX, SETTINGS, lock_settings
@@ -41,6 +46,7 @@ __all__ = [
     "RedisClient",
     "UnsupportedCache",
     "cache_backend",
+    "get_async_redis_client",
     "get_redis_client",
 ]
 
@@ -179,8 +185,84 @@ def get_redis_client(alias: str | None = None) -> RedisClient:
     return client
 
 
+# The asyncio twin of each client, per event loop: asyncio connections belong to one loop.
+_async_clients: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[str, redis.asyncio.Redis]
+] = weakref.WeakKeyDictionary()
+
+_ASYNC_CONNECTION_CLASSES: list[tuple[type, type]] = [
+    # Most specific first: SSLConnection is a Connection.
+    (sync_connection.SSLConnection, redis.asyncio.SSLConnection),
+    (sync_connection.UnixDomainSocketConnection, redis.asyncio.UnixDomainSocketConnection),
+    (sync_connection.Connection, redis.asyncio.Connection),
+]
+
+
+def _accepted_parameters(cls: type) -> set[str]:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            names.update(
+                name
+                for name, parameter in inspect.signature(init).parameters.items()
+                if parameter.kind is not inspect.Parameter.VAR_KEYWORD
+            )
+    return names - {"self"}
+
+
+# Parts of a sync connection's configuration that are sync objects and have async defaults.
+_NOT_COPIED = {"retry", "parser_class", "redis_connect_func", "event_dispatcher"}
+
+
+def _async_twin(client: RedisClient, alias: str) -> redis.asyncio.Redis:
+    """An asyncio client for the same server, with the same credentials and timeouts."""
+    pool = getattr(client, "connection_pool", None)
+    connection_class = getattr(pool, "connection_class", None)
+    async_class = next(
+        (
+            async_cls
+            for sync_cls, async_cls in _ASYNC_CONNECTION_CLASSES
+            if connection_class is not None
+            and issubclass(connection_class, sync_cls)
+            and connection_class.__module__.startswith("redis.")
+        ),
+        None,
+    )
+    if pool is None or async_class is None or type(pool) is not sync_connection.ConnectionPool:
+        raise ImproperlyConfigured(
+            f"The async lock API cannot derive an asyncio client from the client of cache alias "
+            f"{alias!r} ({type(client).__name__} with "
+            f"{getattr(connection_class, '__name__', 'no')} connections); it supports plain "
+            "TCP, TLS and unix-socket connection pools. Use the sync API, or async_to_sync."
+        )
+    accepted = _accepted_parameters(async_class)
+    kwargs = {
+        name: value
+        for name, value in pool.connection_kwargs.items()
+        if name in accepted and name not in _NOT_COPIED
+    }
+    async_pool = redis.asyncio.ConnectionPool(
+        connection_class=async_class, max_connections=pool.max_connections, **kwargs
+    )
+    return redis.asyncio.Redis(connection_pool=async_pool)
+
+
+def get_async_redis_client(alias: str | None = None) -> redis.asyncio.Redis:
+    """The asyncio twin of :func:`get_redis_client` for the running event loop."""
+    loop = asyncio.get_running_loop()
+    if alias is None:
+        alias = lock_settings.CACHE_ALIAS
+    per_loop = _async_clients.setdefault(loop, {})
+    client = per_loop.get(alias)
+    if client is None:
+        client = per_loop[alias] = _async_twin(get_redis_client(alias), alias)
+    return client
+
+
 @receiver(setting_changed)
 def _forget_clients(*, setting: str, **kwargs: Any) -> None:
     if setting == "CACHES" or setting in {s.full_name for s in SETTINGS.values()}:
         with _clients_lock:
             _clients.clear()
+            _async_clients.clear()

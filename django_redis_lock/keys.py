@@ -1,0 +1,72 @@
+"""Key layout: from a lock's readable name to the Redis keys that hold it.
+
+    <ns>{<tag>}            the lease (a hash: token, count, owner record, fence, ...)
+    <ns>{<tag>}:q          the waiters, first come first served (a list of tokens)
+    <ns>{<tag>}:d          each waiter's liveness deadline (a hash)
+    <ns>{<tag>}:f          the last fencing token
+    <ns>{<tag>}:w:<token>  one waiter's wake-up list
+
+where ``<ns>`` is ``<cache KEY_PREFIX>:<DJANGO_REDIS_LOCK_KEY_PREFIX>:`` (no cache prefix: just
+``<DJANGO_REDIS_LOCK_KEY_PREFIX>:``).
+
+All keys of one lock share the ``{<tag>}`` hash tag, so they live in one Redis Cluster slot and
+one Lua script may touch them all. The tag is the name itself when the name is short and made
+of plain characters (readable in ``redis-cli``); any other name (braces, spaces, unicode,
+glob characters, 10 kB of text) is hashed, prefixed with ``#`` so it can never equal a readable
+name. The readable name is always kept in the owner record.
+
+The cache ``VERSION`` is deliberately ignored: bumping it in a rolling deploy must not split old
+and new processes into two lock namespaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from .conf import lock_settings
+
+__all__ = ["LockKeys", "lock_keys", "namespace"]
+
+_READABLE = re.compile(r"[A-Za-z0-9._:/@+=-]{1,100}")
+
+
+def _tag(name: str) -> str:
+    if _READABLE.fullmatch(name):
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+    return "#" + digest[:32]
+
+
+def namespace(alias: str) -> str:
+    """The prefix every lock key of ``alias`` starts with, ending in ``:``."""
+    cache_config = getattr(settings, "CACHES", {}).get(alias, {})
+    cache_prefix = cache_config.get("KEY_PREFIX", "")
+    ours = lock_settings.KEY_PREFIX
+    return f"{cache_prefix}:{ours}:" if cache_prefix else f"{ours}:"
+
+
+@dataclass(frozen=True)
+class LockKeys:
+    lease: str
+    queue: str
+    deadlines: str
+    fence: str
+    wake_prefix: str
+
+    def wake(self, token: str) -> str:
+        return self.wake_prefix + token
+
+
+def lock_keys(name: str, alias: str) -> LockKeys:
+    base = f"{namespace(alias)}{{{_tag(name)}}}"
+    return LockKeys(
+        lease=base,
+        queue=f"{base}:q",
+        deadlines=f"{base}:d",
+        fence=f"{base}:f",
+        wake_prefix=f"{base}:w:",
+    )

@@ -1,0 +1,710 @@
+"""``Lock``: a distributed lock on Redis with a finite lease, an owner token and fair waiting.
+
+    with Lock("reports:nightly", label="nightly report") as held:
+        ...                                   # renewed in the background while inside
+
+    lock = Lock("import:42", timeout=30, wait=0)
+    if lock.acquire():                        # -> bool, does not block with wait=0
+        try: ...
+        finally: lock.release()               # only ever deletes our own lease
+
+Nothing touches Redis until the first acquire. Each acquire, release and extend is one round
+trip (one ``EVALSHA``, see ``scripts.py``); a waiter blocks server-side on its own wake-up list
+and is woken by the release, first come first served. A ``Lock`` object may be shared between
+threads and asyncio tasks: each holds (and may release) only its own acquisition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import math
+import os
+import secrets
+import socket
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from numbers import Real
+from types import TracebackType
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from . import signals
+from .conf import lock_settings
+from .connection import get_async_redis_client, get_redis_client
+from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
+from .keys import LockKeys, lock_keys
+from .renewal import RenewedLease, renewer
+from .scripts import ACQUIRE, EXTEND, RELEASE
+
+__all__ = ["Lock"]
+
+logger = logging.getLogger("django_redis_lock")
+
+# The longest single block on a wake-up list. Bounds how long a waiter that died unannounced
+# can hold up the queue (its liveness deadline is one block plus _LIVENESS_SLACK), and makes a
+# long wait re-check now and then instead of trusting one signal for minutes.
+_BLOCK_CAP = 2.0
+_LIVENESS_SLACK = 1.0
+# Below this, a wait is not worth a blocking call: BLPOP's timeout 0 would mean "for ever".
+_MIN_BLOCK = 0.001
+
+_HOST = socket.gethostname()
+
+# acquire() modes understood by the ACQUIRE script.
+_TRY, _QUEUE, _LEAVE_OR_TAKE, _LEAVE = 0, 1, 2, 3
+
+
+def _seconds(value: Any, what: str, *, allow_zero: bool, allow_inf: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}.")
+    seconds = float(value)
+    if math.isnan(seconds):
+        raise ValueError(f"{what} must be a number of seconds, not NaN.")
+    if math.isinf(seconds) and not (allow_inf and seconds > 0):
+        raise ValueError(f"{what} must be finite, not {value!r}.")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = "zero or more" if allow_zero else "more than zero"
+        raise ValueError(f"{what} must be {bound} seconds, not {value!r}.")
+    return seconds
+
+
+def _current_owner() -> object:
+    """The asyncio task running this code, else the current thread: who holds an acquisition."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    return task if task is not None else threading.current_thread()
+
+
+def _owner_description(owner: object) -> dict[str, str]:
+    if isinstance(owner, asyncio.Task):
+        return {"thread": threading.current_thread().name, "task": owner.get_name()}
+    return {"thread": getattr(owner, "name", str(owner))}
+
+
+class _ReentrantTokens:
+    """Which token each thread / task holds a re-entrant lock with, across Lock objects, so
+    that ``obj.lock()`` called again deeper in the same call stack re-enters the hold."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens: weakref.WeakKeyDictionary[object, dict[str, str]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self, owner: object, key: str) -> str | None:
+        with self._lock:
+            return self._tokens.get(owner, {}).get(key)
+
+    def set(self, owner: object, key: str, token: str) -> None:
+        with self._lock:
+            self._tokens.setdefault(owner, {})[key] = token
+
+    def forget(self, owner: object, key: str, token: str) -> None:
+        with self._lock:
+            held = self._tokens.get(owner, {})
+            if held.get(key) == token:
+                del held[key]
+
+
+_reentrant_tokens = _ReentrantTokens()
+
+
+@dataclass(eq=False)
+class _Hold:
+    """One owner's acquisition through one Lock object."""
+
+    token: str
+    fence: int | None
+    acquired_at: float  # monotonic
+    count: int = 1
+    renewal: RenewedLease | None = None
+    lost_reason: str | None = None
+
+
+@dataclass
+class _Attempt:
+    """What one call of the ACQUIRE script answered."""
+
+    held: bool
+    fence: int = 0
+    wait_hint: float = 0.0  # seconds until it is worth looking again
+    owner: dict[str, Any] | None = None
+
+
+class Lock:
+    """A distributed lock named ``name``.
+
+    ``timeout``: the lease in seconds. Not given: ``DJANGO_REDIS_LOCK_TIMEOUT``, renewed in the
+    background while held (``DJANGO_REDIS_LOCK_AUTO_RENEW``). Given: not renewed unless
+    ``auto_renew=True``. ``wait``: the longest wait in seconds for ``acquire()`` and ``with``
+    (default ``DJANGO_REDIS_LOCK_WAIT``; ``0`` never blocks; ``float("inf")`` waits for ever).
+    ``reentrant``: the same thread or task may acquire again (a hold count, kept in Redis).
+    ``fencing``: each acquisition gets a strictly increasing ``fencing_token``. ``label``: a
+    description for people, shown in the admin. ``using``: the cache alias.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        wait: float | None = None,
+        auto_renew: bool | None = None,
+        reentrant: bool = False,
+        fencing: bool = False,
+        label: str | None = None,
+        using: str | None = None,
+    ) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"A lock name must be a str, not {type(name).__name__}.")
+        if not name:
+            raise ValueError("A lock name must not be empty.")
+        if timeout is not None:
+            timeout = _seconds(timeout, "timeout", allow_zero=False, allow_inf=False)
+        if wait is not None:
+            wait = _seconds(wait, "wait", allow_zero=True, allow_inf=True)
+        for flag, value in (("reentrant", reentrant), ("fencing", fencing)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{flag} must be True or False, not {value!r}.")
+        if auto_renew is not None and not isinstance(auto_renew, bool):
+            raise TypeError(f"auto_renew must be True, False or None, not {auto_renew!r}.")
+        if label is not None and not isinstance(label, str):
+            raise TypeError(f"label must be a str, not {type(label).__name__}.")
+        if using is not None and (not isinstance(using, str) or not using):
+            raise TypeError(f"using must be a cache alias (a non-empty str), not {using!r}.")
+        self._name = name
+        self._timeout = timeout
+        self._wait = wait
+        self._auto_renew = auto_renew
+        self._reentrant = reentrant
+        self._fencing = fencing
+        self._label = label
+        self._using = using
+        self._resolved: tuple[str, LockKeys] | None = None
+        self._holds: weakref.WeakKeyDictionary[object, _Hold] = weakref.WeakKeyDictionary()
+        self._state = threading.Lock()
+        self._last_attempt: _Attempt | None = None
+
+    def __repr__(self) -> str:
+        return f"<Lock {self._name!r}{' held' if self._hold() else ''}>"
+
+    # -- properties ----------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def label(self) -> str | None:
+        return self._label
+
+    @property
+    def token(self) -> str | None:
+        """The current thread's / task's owner token, or None when it does not hold the lock."""
+        hold = self._hold()
+        return hold.token if hold else None
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The fencing token of the current holder's acquisition (``fencing=True`` only)."""
+        hold = self._hold()
+        return hold.fence if hold else None
+
+    @property
+    def lost(self) -> bool:
+        """True when the current holder's lease was found gone (by renewal or a check)."""
+        hold = self._hold()
+        return bool(hold and hold.lost_reason)
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _hold(self) -> _Hold | None:
+        return self._holds.get(_current_owner())
+
+    def _alias_and_keys(self) -> tuple[str, LockKeys]:
+        if self._resolved is None:
+            alias = self._using or lock_settings.CACHE_ALIAS
+            self._resolved = (alias, lock_keys(self._name, alias))
+        return self._resolved
+
+    def _lease(self) -> tuple[float, bool]:
+        if self._timeout is None:
+            renew = lock_settings.AUTO_RENEW if self._auto_renew is None else self._auto_renew
+            return lock_settings.TIMEOUT, renew
+        return self._timeout, bool(self._auto_renew)
+
+    def _max_wait(self, wait: float | None) -> float:
+        if wait is not None:
+            return _seconds(wait, "wait", allow_zero=True, allow_inf=True)
+        return self._wait if self._wait is not None else lock_settings.WAIT
+
+    def _owner_record(self, owner: object, lease: float) -> str:
+        record = {
+            "name": self._name,
+            "label": self._label,
+            "host": _HOST,
+            "pid": os.getpid(),
+            **_owner_description(owner),
+            "lease": lease,
+        }
+        return json.dumps(record, separators=(",", ":"))
+
+    def _backend_error(self, action: str, exc: RedisError) -> LockBackendError:
+        return LockBackendError(
+            f"Could not {action} lock {self._name!r}: {type(exc).__name__}: {exc}", name=self._name
+        )
+
+    @staticmethod
+    def _block_cap(client: Any) -> float:
+        # A block must end before the socket times out, or redis-py raises TimeoutError (and
+        # recent redis-py applies a socket timeout even when none is configured).
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        socket_timeout: float | None = kwargs.get("socket_timeout")
+        if socket_timeout:
+            return max(_MIN_BLOCK, min(_BLOCK_CAP, socket_timeout * 0.8))
+        return _BLOCK_CAP
+
+    def _start(self, owner: object) -> tuple[str, LockKeys, str, float, bool]:
+        """Everything an acquisition needs before its first round trip."""
+        hold = self._holds.get(owner)
+        if hold is not None and not self._reentrant:
+            raise LockError(
+                f"Lock {self._name!r} is already held by this thread/task; "
+                "use reentrant=True to acquire it again.",
+                name=self._name,
+            )
+        alias, keys = self._alias_and_keys()
+        lease, renew = self._lease()
+        token = None
+        if self._reentrant:
+            token = hold.token if hold else _reentrant_tokens.get(owner, keys.lease)
+        return alias, keys, token or secrets.token_hex(16), lease, renew
+
+    def _acquire_args(
+        self, keys: LockKeys, token: str, owner_record: str, lease: float, mode: int,
+        liveness: float, nonce: str,
+    ) -> tuple[list[str], list[Any]]:  # fmt: skip
+        return (
+            [keys.lease, keys.queue, keys.deadlines, keys.fence],
+            [
+                token,
+                max(1, int(lease * 1000)),
+                owner_record,
+                int(self._fencing),
+                mode,
+                int(liveness * 1000),
+                int(self._reentrant),
+                nonce,
+                keys.wake_prefix,
+            ],
+        )
+
+    @staticmethod
+    def _parse(result: list[Any]) -> _Attempt:
+        if result[0] == 1:
+            return _Attempt(held=True, fence=int(result[1]))
+        owner = None
+        if result[2]:
+            try:
+                owner = json.loads(result[2])
+            except ValueError:
+                owner = None
+        return _Attempt(held=False, wait_hint=max(0, int(result[1])) / 1000, owner=owner)
+
+    def _next_block(self, attempt: _Attempt, remaining: float, cap: float) -> float:
+        hint = attempt.wait_hint if attempt.wait_hint > 0 else cap
+        return max(_MIN_BLOCK, min(remaining, hint, cap))
+
+    def _acquired(
+        self, owner: object, alias: str, keys: LockKeys, token: str, attempt: _Attempt,
+        lease: float, renew: bool, started: float,
+    ) -> None:  # fmt: skip
+        now = time.monotonic()
+        with self._state:
+            hold = self._holds.get(owner)
+            if hold is not None and hold.token == token:
+                hold.count += 1
+            else:
+                hold = _Hold(token, attempt.fence if self._fencing else None, now)
+                if renew:
+                    hold.renewal = RenewedLease(
+                        client=get_redis_client(alias),
+                        key=keys.lease,
+                        token=token,
+                        lease=lease,
+                        on_lost=functools.partial(self._report_lost, hold),
+                    )
+                    hold.renewal.confirmed(started)
+                    renewer.add(hold.renewal)
+                self._holds[owner] = hold
+        if self._reentrant:
+            _reentrant_tokens.set(owner, keys.lease, token)
+        waited = now - started
+        logger.debug("Acquired lock %r after %.3fs", self._name, waited)
+        signals.lock_acquired.send(
+            sender=Lock, lock=self, name=self._name, label=self._label, waited=waited,
+            fencing_token=hold.fence,
+        )  # fmt: skip
+
+    def _contended(self, attempt: _Attempt, wait: float) -> None:
+        holder = attempt.owner or {}
+        logger.info(
+            "Waiting up to %ss for lock %r held by %s/%s",
+            wait, self._name, holder.get("host", "?"), holder.get("pid", "?"),
+        )  # fmt: skip
+        signals.lock_contended.send(
+            sender=Lock, lock=self, name=self._name, label=self._label, owner=attempt.owner
+        )
+
+    def _timed_out(self, attempt: _Attempt | None, wait: float) -> None:
+        self._last_attempt = attempt
+        if wait > 0:
+            logger.warning("Gave up on lock %r after waiting %ss", self._name, wait)
+
+    def _not_acquired(self, wait: float) -> LockNotAcquired:
+        attempt = self._last_attempt
+        return LockNotAcquired(
+            self._name,
+            ttl=attempt.wait_hint if attempt else None,
+            owner=attempt.owner if attempt else None,
+            waited=wait,
+        )
+
+    def _released(self, owner: object, keys: LockKeys, hold: _Hold, remaining: int) -> None:
+        if remaining < 0:
+            self._forget(owner, keys, hold)
+            self._report_lost(hold, "its lease had ended before it was released")
+            raise LockNotOwned(
+                f"Lock {self._name!r} was no longer ours to release: its lease had ended "
+                "(and someone else may hold it now). Nothing was deleted.",
+                name=self._name,
+            )
+        with self._state:
+            hold.count -= 1
+            last = hold.count <= 0
+        if last:
+            self._forget(owner, keys, hold)
+            held = time.monotonic() - hold.acquired_at
+            logger.debug("Released lock %r after %.3fs", self._name, held)
+            signals.lock_released.send(
+                sender=Lock, lock=self, name=self._name, label=self._label, held=held
+            )
+        if remaining == 0 and self._reentrant:
+            _reentrant_tokens.forget(owner, keys.lease, hold.token)
+
+    def _forget(self, owner: object, keys: LockKeys, hold: _Hold) -> None:
+        if hold.renewal is not None:
+            renewer.remove(hold.renewal)
+        with self._state:
+            if self._holds.get(owner) is hold:
+                del self._holds[owner]
+        if self._reentrant:
+            _reentrant_tokens.forget(owner, keys.lease, hold.token)
+
+    def _report_lost(self, hold: _Hold, reason: str) -> None:
+        """Make a loss loud, once: ERROR log, ``lock_lost`` signal, ``lock.lost``."""
+        with self._state:
+            if hold.lost_reason is not None:
+                return
+            hold.lost_reason = reason
+        if hold.renewal is not None:
+            renewer.remove(hold.renewal)
+        held = time.monotonic() - hold.acquired_at
+        logger.error(
+            "Lost lock %r (label %r) after holding it %.3fs: %s. Work done under it may have "
+            "overlapped another holder's.",
+            self._name, self._label, held, reason,
+        )  # fmt: skip
+        signals.lock_lost.send(
+            sender=Lock, lock=self, name=self._name, label=self._label, held=held, reason=reason
+        )
+
+    def _held_or_raise(self, owner: object) -> _Hold:
+        hold = self._holds.get(owner)
+        if hold is None:
+            raise LockNotOwned(
+                f"Lock {self._name!r} is not held by this thread/task through this Lock object.",
+                name=self._name,
+            )
+        return hold
+
+    def _lost_error(self, hold: _Hold) -> LockLost:
+        return LockLost(
+            f"Lock {self._name!r} was lost while held: {hold.lost_reason}.", name=self._name
+        )
+
+    # -- synchronous API -----------------------------------------------------------------------
+
+    def acquire(self, wait: float | None = None) -> bool:
+        """Take the lock, waiting up to ``wait`` seconds; True when taken, False when not."""
+        owner = _current_owner()
+        max_wait = self._max_wait(wait)
+        alias, keys, token, lease, renew = self._start(owner)
+        client = get_redis_client(alias)
+        record = self._owner_record(owner, lease)
+        nonce = secrets.token_hex(8)
+        cap = self._block_cap(client)
+        started = time.monotonic()
+        deadline = started + max_wait
+        queued = False
+        attempt: _Attempt | None = None
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                mode = _QUEUE if remaining > 0 else (_LEAVE_OR_TAKE if queued else _TRY)
+                keys_, args = self._acquire_args(
+                    keys, token, record, lease, mode, min(remaining, cap) + _LIVENESS_SLACK, nonce
+                )
+                attempt = self._parse(ACQUIRE(client, keys_, args))
+                if attempt.held:
+                    queued = False
+                    self._acquired(owner, alias, keys, token, attempt, lease, renew, started)
+                    return True
+                if mode != _QUEUE:
+                    queued = False
+                    self._timed_out(attempt, max_wait)
+                    return False
+                if not queued:
+                    queued = True
+                    self._contended(attempt, max_wait)
+                remaining = deadline - time.monotonic()
+                if remaining > 0:
+                    client.blpop(
+                        [keys.wake(token)], timeout=self._next_block(attempt, remaining, cap)
+                    )
+        except RedisError as exc:
+            raise self._backend_error("acquire", exc) from exc
+        finally:
+            if queued:  # interrupted while queued: step out of the line, pass the turn on
+                self._leave(client, keys, token, record, lease, nonce)
+
+    def _leave(
+        self, client: Any, keys: LockKeys, token: str, record: str, lease: float, nonce: str
+    ) -> None:
+        keys_, args = self._acquire_args(keys, token, record, lease, _LEAVE, 0, nonce)
+        # If Redis cannot hear it, our liveness deadline passes and the queue skips us.
+        with contextlib.suppress(RedisError):
+            ACQUIRE(client, keys_, args)
+
+    def release(self) -> None:
+        """Release our acquisition (one level of it, for re-entrant locks).
+
+        Raises ``LockNotOwned`` when this thread/task does not hold it, or when its lease had
+        already ended (then nothing is deleted: the lock may be someone else's by now). On a
+        connection error raises ``LockBackendError`` and keeps the token, so that ``release()``
+        can be retried; renewal stops, so an unreleased lease ends by itself.
+        """
+        owner = _current_owner()
+        hold = self._held_or_raise(owner)
+        alias, keys = self._alias_and_keys()
+        try:
+            remaining = RELEASE(
+                get_redis_client(alias),
+                [keys.lease, keys.queue, keys.deadlines],
+                [hold.token, keys.wake_prefix],
+            )
+        except RedisError as exc:
+            if hold.renewal is not None:
+                renewer.remove(hold.renewal)
+            raise self._backend_error("release", exc) from exc
+        self._released(owner, keys, hold, int(remaining))
+
+    def extend(self, seconds: float | None = None) -> None:
+        """Make our lease end ``seconds`` from now (default: the lock's lease length)."""
+        owner = _current_owner()
+        hold = self._held_or_raise(owner)
+        lease = self._lease()[0] if seconds is None else _seconds(
+            seconds, "seconds", allow_zero=False, allow_inf=False
+        )  # fmt: skip
+        alias, keys = self._alias_and_keys()
+        started = time.monotonic()
+        try:
+            ok = EXTEND(get_redis_client(alias), [keys.lease], [hold.token, int(lease * 1000)])
+        except RedisError as exc:
+            raise self._backend_error("extend", exc) from exc
+        self._extended(owner, keys, hold, bool(ok), started, lease)
+
+    def _extended(
+        self, owner: object, keys: LockKeys, hold: _Hold, ok: bool, started: float, lease: float
+    ) -> None:
+        if not ok:
+            self._forget(owner, keys, hold)
+            self._report_lost(hold, "its lease had ended before it was extended")
+            raise LockNotOwned(
+                f"Lock {self._name!r} was no longer ours to extend.", name=self._name
+            )
+        if hold.renewal is not None:
+            hold.renewal.confirmed(started, lease)
+
+    def locked(self) -> bool:
+        """Whether anyone holds the lock right now."""
+        alias, keys = self._alias_and_keys()
+        try:
+            return bool(get_redis_client(alias).exists(keys.lease))
+        except RedisError as exc:
+            raise self._backend_error("read", exc) from exc
+
+    def owned(self) -> bool:
+        """Whether this thread/task holds the lock right now (asks Redis)."""
+        hold = self._hold()
+        if hold is None:
+            return False
+        alias, keys = self._alias_and_keys()
+        try:
+            holder = get_redis_client(alias).hget(keys.lease, "token")
+        except RedisError as exc:
+            raise self._backend_error("read", exc) from exc
+        if isinstance(holder, bytes):  # unless the client was built with decode_responses
+            holder = holder.decode()
+        return holder == hold.token
+
+    def ttl(self) -> float | None:
+        """Seconds left on the current lease, whoever holds it; None when nobody does."""
+        alias, keys = self._alias_and_keys()
+        try:
+            milliseconds = get_redis_client(alias).pttl(keys.lease)
+        except RedisError as exc:
+            raise self._backend_error("read", exc) from exc
+        return milliseconds / 1000 if milliseconds >= 0 else None
+
+    def ensure_held(self) -> None:
+        """Raise ``LockLost`` unless Redis confirms we still hold the lock. Call it before a
+        write that must not happen without the lock."""
+        owner = _current_owner()
+        hold = self._held_or_raise(owner)
+        if hold.lost_reason is None and not self.owned():
+            self._report_lost(hold, "its lease was gone when checked")
+        if hold.lost_reason is not None:
+            raise self._lost_error(hold)
+
+    def __enter__(self) -> Lock:
+        if not self.acquire():
+            raise self._not_acquired(self._max_wait(None))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        hold = self._hold()
+        try:
+            self.release()
+        except LockNotOwned as not_owned:
+            if exc is None and hold is not None:
+                raise self._lost_error(hold) from not_owned
+        except LockBackendError:
+            if exc is None:
+                raise
+            logger.exception("Could not release lock %r after an error", self._name)
+
+    # -- asynchronous API ----------------------------------------------------------------------
+
+    async def aacquire(self, wait: float | None = None) -> bool:
+        """``acquire()`` for asyncio: waits without blocking the event loop."""
+        owner = _current_owner()
+        max_wait = self._max_wait(wait)
+        alias, keys, token, lease, renew = self._start(owner)
+        client = get_async_redis_client(alias)
+        record = self._owner_record(owner, lease)
+        nonce = secrets.token_hex(8)
+        cap = self._block_cap(client)
+        started = time.monotonic()
+        deadline = started + max_wait
+        queued = False
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                mode = _QUEUE if remaining > 0 else (_LEAVE_OR_TAKE if queued else _TRY)
+                keys_, args = self._acquire_args(
+                    keys, token, record, lease, mode, min(remaining, cap) + _LIVENESS_SLACK, nonce
+                )
+                attempt = self._parse(await ACQUIRE.acall(client, keys_, args))
+                if attempt.held:
+                    queued = False
+                    self._acquired(owner, alias, keys, token, attempt, lease, renew, started)
+                    return True
+                if mode != _QUEUE:
+                    queued = False
+                    self._timed_out(attempt, max_wait)
+                    return False
+                if not queued:
+                    queued = True
+                    self._contended(attempt, max_wait)
+                remaining = deadline - time.monotonic()
+                if remaining > 0:
+                    block = self._next_block(attempt, remaining, cap)
+                    await client.blpop([keys.wake(token)], timeout=block)
+        except RedisError as exc:
+            raise self._backend_error("acquire", exc) from exc
+        finally:
+            if queued:
+                keys_, args = self._acquire_args(keys, token, record, lease, _LEAVE, 0, nonce)
+                with contextlib.suppress(RedisError, asyncio.CancelledError):
+                    await asyncio.shield(ACQUIRE.acall(client, keys_, args))
+
+    async def arelease(self) -> None:
+        """``release()`` for asyncio."""
+        owner = _current_owner()
+        hold = self._held_or_raise(owner)
+        alias, keys = self._alias_and_keys()
+        try:
+            remaining = await RELEASE.acall(
+                get_async_redis_client(alias),
+                [keys.lease, keys.queue, keys.deadlines],
+                [hold.token, keys.wake_prefix],
+            )
+        except RedisError as exc:
+            if hold.renewal is not None:
+                renewer.remove(hold.renewal)
+            raise self._backend_error("release", exc) from exc
+        self._released(owner, keys, hold, int(remaining))
+
+    async def aextend(self, seconds: float | None = None) -> None:
+        """``extend()`` for asyncio."""
+        owner = _current_owner()
+        hold = self._held_or_raise(owner)
+        lease = self._lease()[0] if seconds is None else _seconds(
+            seconds, "seconds", allow_zero=False, allow_inf=False
+        )  # fmt: skip
+        alias, keys = self._alias_and_keys()
+        started = time.monotonic()
+        try:
+            ok = await EXTEND.acall(
+                get_async_redis_client(alias), [keys.lease], [hold.token, int(lease * 1000)]
+            )
+        except RedisError as exc:
+            raise self._backend_error("extend", exc) from exc
+        self._extended(owner, keys, hold, bool(ok), started, lease)
+
+    async def __aenter__(self) -> Lock:
+        if not await self.aacquire():
+            raise self._not_acquired(self._max_wait(None))
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        hold = self._hold()
+        try:
+            await self.arelease()
+        except LockNotOwned as not_owned:
+            if exc is None and hold is not None:
+                raise self._lost_error(hold) from not_owned
+        except LockBackendError:
+            if exc is None:
+                raise
+            logger.exception("Could not release lock %r after an error", self._name)

@@ -1,0 +1,149 @@
+"""The watchdog: one daemon thread per process that keeps held leases alive.
+
+A lock taken without an explicit ``timeout`` gets a short lease (``DJANGO_REDIS_LOCK_TIMEOUT``)
+that is renewed here at about a third of its length, so a holder that dies frees the lock within
+one lease while a long job keeps it (Redisson's watchdog). Renewals due together are sent as one
+pipeline per Redis client.
+
+Nothing is lost silently: a renewal that finds the lease gone (expired, deleted, force-released)
+calls the lease's ``on_lost``; so does a renewal that could not reach Redis before the lease
+would have ended. The lock turns that into ``lock.lost``, ``LockLost``, an ERROR log and the
+``lock_lost`` signal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import NoScriptError, RedisError
+
+from .scripts import EXTEND
+
+__all__ = ["RenewedLease", "renewer"]
+
+logger = logging.getLogger("django_redis_lock")
+
+# While Redis cannot be reached, retry at most this often (and more often near the end).
+_RETRY_INTERVAL = 0.5
+
+
+@dataclass(eq=False)
+class RenewedLease:
+    """One held lease to keep alive. ``expires_at`` is monotonic: when the lease ends unless
+    renewed (as far as this process knows)."""
+
+    client: Any
+    key: str
+    token: str
+    lease: float
+    on_lost: Callable[[str], None]
+    expires_at: float = 0.0
+    due: float = field(default=0.0, repr=False)
+
+    def confirmed(self, at: float, seconds: float | None = None) -> None:
+        """Redis confirmed at ``at`` (monotonic) that the lease runs ``seconds`` from then."""
+        self.expires_at = at + (self.lease if seconds is None else seconds)
+        self.due = at + self.lease / 3
+
+
+class _Renewer:
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        # After fork the thread is gone and the leases are the parent's, not ours.
+        self._condition = threading.Condition()
+        self._leases: set[RenewedLease] = set()
+        self._thread: threading.Thread | None = None
+
+    def add(self, lease: RenewedLease) -> None:
+        with self._condition:
+            self._leases.add(lease)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="django-redis-lock-renewal", daemon=True
+                )
+                self._thread.start()
+            self._condition.notify()
+
+    def remove(self, lease: RenewedLease) -> None:
+        with self._condition:
+            self._leases.discard(lease)
+
+    def __contains__(self, lease: RenewedLease) -> bool:
+        return lease in self._leases
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while True:
+                    now = time.monotonic()
+                    due = [lease for lease in self._leases if lease.due <= now]
+                    if due:
+                        break
+                    next_due = min((lease.due for lease in self._leases), default=None)
+                    self._condition.wait(None if next_due is None else next_due - now)
+            by_client: dict[int, list[RenewedLease]] = {}
+            for lease in due:
+                by_client.setdefault(id(lease.client), []).append(lease)
+            for leases in by_client.values():
+                try:
+                    self._renew(leases)
+                except Exception:  # the watchdog must never die
+                    logger.exception("django-redis-lock: renewal failed unexpectedly")
+
+    def _renew(self, leases: list[RenewedLease]) -> None:
+        client = leases[0].client
+        started = time.monotonic()
+        try:
+            results = self._extend_all(client, leases)
+        except RedisError as exc:
+            results = [exc] * len(leases)
+        lost: list[tuple[RenewedLease, str]] = []
+        with self._condition:
+            for lease, result in zip(leases, results, strict=True):
+                if lease not in self._leases:
+                    continue  # released meanwhile
+                if result == 1:
+                    lease.confirmed(started)
+                elif isinstance(result, Exception):
+                    now = time.monotonic()
+                    if now >= lease.expires_at:
+                        self._leases.discard(lease)
+                        lost.append((lease, f"Redis could not be reached to renew it ({result})"))
+                    else:
+                        logger.warning(
+                            "django-redis-lock: could not renew %s (%s); retrying",
+                            lease.key,
+                            result,
+                        )
+                        lease.due = now + min(_RETRY_INTERVAL, (lease.expires_at - now) / 4)
+                else:
+                    self._leases.discard(lease)
+                    lost.append((lease, "its lease was gone when renewing (expired or deleted)"))
+        for lease, reason in lost:
+            lease.on_lost(reason)
+
+    @staticmethod
+    def _extend_all(client: Any, leases: list[RenewedLease]) -> list[Any]:
+        def send() -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for lease in leases:
+                pipe.evalsha(EXTEND.sha, 1, lease.key, lease.token, int(lease.lease * 1000))
+            return list(pipe.execute(raise_on_error=False))
+
+        results = send()
+        if any(isinstance(result, NoScriptError) for result in results):
+            client.script_load(EXTEND.source)
+            results = send()
+        return results
+
+
+renewer = _Renewer()

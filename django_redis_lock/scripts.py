@@ -1,0 +1,217 @@
+"""The Lua scripts of the lock engine, and how they are called.
+
+Each lock operation is one ``EVALSHA`` (one round trip); on ``NOSCRIPT`` (after ``SCRIPT
+FLUSH`` or a Redis restart) the script is loaded and the call retried once. Scripts run
+atomically, so "check the owner, then act" can never be split by another client (recipes R5, R6
+of ``lock-recipes.md``). All keys of one lock share a hash tag, including the per-waiter wake-up
+keys the scripts build from ``wake_prefix``, so they work on Redis Cluster.
+
+The lease is a hash: ``token`` (the owner's random token), ``count`` (hold count, for
+re-entrant locks), ``owner`` (JSON owner record for people), ``fence``, ``since`` (server time,
+ms), ``lease`` (ms) and ``nonce`` (makes a retried re-entry idempotent).
+
+Waiting is first come, first served: a waiter that finds the lock taken appends its token to
+the queue list, records a liveness deadline, and blocks (``BLPOP``) on its own wake-up list. A
+release wakes exactly the queue head, and while the queue has a live head nobody else may take
+the free lock (no barging, so no starvation). Waiters that die are skipped once their liveness
+deadline passes; live waiters refresh it every time they look again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+__all__ = ["ACQUIRE", "EXTEND", "FORCE_RELEASE", "RELEASE", "Script"]
+
+# Fencing counters are kept this long after the last acquisition (bounded memory: a name not
+# locked for a day costs nothing). Tokens stay strictly increasing across that expiry because a
+# new counter starts from the server clock in microseconds, which is past any earlier token.
+FENCE_TTL_MS = 24 * 3600 * 1000
+
+
+class Script:
+    """A Lua script called by SHA, loaded on demand."""
+
+    def __init__(self, name: str, source: str) -> None:
+        self.name = name
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            client.script_load(self.source)
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+
+    async def acall(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await client.script_load(self.source)
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+
+
+_NOW = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+"""
+
+# Skip waiters whose liveness deadline passed (they died or left without saying so), then
+# wake the first live one. Used on release, and when a woken waiter leaves without the lock.
+_WAKE_NEXT = """
+local function wake_next(queue, deadlines, wake_prefix, now)
+  local head = redis.call('LINDEX', queue, 0)
+  while head do
+    local alive = tonumber(redis.call('HGET', deadlines, head) or '0')
+    if alive >= now then
+      local wake = wake_prefix .. head
+      redis.call('RPUSH', wake, '1')
+      redis.call('PEXPIRE', wake, alive - now + 1000)
+      return
+    end
+    redis.call('LPOP', queue)
+    redis.call('HDEL', deadlines, head)
+    head = redis.call('LINDEX', queue, 0)
+  end
+end
+"""
+
+# KEYS: lease, queue, deadlines, fence
+# ARGV: token, lease_ms, owner_json, fencing (0/1), mode, liveness_ms, reentrant (0/1), nonce,
+#       wake_prefix
+#   mode 0: try once; 1: on failure join (or stay in) the queue; 2: on failure leave the queue;
+#   3: leave the queue without trying
+# Returns {1, fence, count, since_ms} when held, {0, wait_hint_ms, owner_json|false} when not.
+ACQUIRE = Script(
+    "acquire",
+    _NOW
+    + _WAKE_NEXT
+    + """
+local lease_key, queue, deadlines, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, lease, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local fencing, mode, liveness = ARGV[4] == '1', tonumber(ARGV[5]), tonumber(ARGV[6])
+local reentrant, nonce, wake_prefix = ARGV[7] == '1', ARGV[8], ARGV[9]
+
+local holder = redis.call('HGET', lease_key, 'token')
+if mode == 3 then
+  -- Leave the queue without the lock (the waiter was interrupted), passing the turn on.
+  redis.call('LREM', queue, 0, token)
+  redis.call('HDEL', deadlines, token)
+  redis.call('DEL', wake_prefix .. token)
+  if not holder then wake_next(queue, deadlines, wake_prefix, now) end
+  return {0, 0, false}
+end
+if holder == token then
+  -- Ours already: a re-entry, or a retried request whose first attempt got through.
+  if reentrant and redis.call('HGET', lease_key, 'nonce') ~= nonce then
+    redis.call('HINCRBY', lease_key, 'count', 1)
+    redis.call('HSET', lease_key, 'nonce', nonce)
+    if redis.call('PTTL', lease_key) < lease then
+      redis.call('PEXPIRE', lease_key, lease)
+      redis.call('HSET', lease_key, 'lease', lease)
+    end
+  end
+  local record = redis.call('HMGET', lease_key, 'fence', 'count', 'since')
+  return {1, tonumber(record[1]), tonumber(record[2]), tonumber(record[3])}
+end
+
+local wait_hint
+if not holder then
+  local head = redis.call('LINDEX', queue, 0)
+  while head and head ~= token do
+    if tonumber(redis.call('HGET', deadlines, head) or '0') >= now then break end
+    redis.call('LPOP', queue)
+    redis.call('HDEL', deadlines, head)
+    head = redis.call('LINDEX', queue, 0)
+  end
+  if (not head) or head == token then
+    if head then
+      redis.call('LPOP', queue)
+      redis.call('HDEL', deadlines, token)
+    end
+    local fence = 0
+    if fencing then
+      local micros = now * 1000 + tonumber(clock[2]) % 1000
+      fence = math.max(tonumber(redis.call('GET', fence_key) or '0') + 1, micros)
+      redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', """
+    + str(FENCE_TTL_MS)
+    + """)
+    end
+    redis.call('HSET', lease_key, 'token', token, 'count', 1, 'owner', owner,
+               'fence', string.format('%.0f', fence), 'since', now, 'lease', lease,
+               'nonce', nonce)
+    redis.call('PEXPIRE', lease_key, lease)
+    redis.call('DEL', wake_prefix .. token)
+    return {1, fence, 1, now}
+  end
+  -- Free, but a live waiter is ahead of us: it has been woken and is on its way.
+  wait_hint = tonumber(redis.call('HGET', deadlines, head)) - now
+else
+  wait_hint = redis.call('PTTL', lease_key)
+end
+
+if mode == 1 then
+  if redis.call('HSET', deadlines, token, now + liveness) == 1 then
+    redis.call('RPUSH', queue, token)
+  end
+  -- The queue lives only as long as one of its waiters may still be alive.
+  local keep = liveness + 1000
+  if redis.call('PTTL', queue) < keep then redis.call('PEXPIRE', queue, keep) end
+  if redis.call('PTTL', deadlines) < keep then redis.call('PEXPIRE', deadlines, keep) end
+elseif mode == 2 then
+  redis.call('LREM', queue, 0, token)
+  redis.call('HDEL', deadlines, token)
+  redis.call('DEL', wake_prefix .. token)
+  -- We may have been woken for a free lock we now decline: pass the turn on.
+  if not holder then wake_next(queue, deadlines, wake_prefix, now) end
+end
+return {0, wait_hint, redis.call('HGET', lease_key, 'owner') or false}
+""",
+)
+
+# KEYS: lease, queue, deadlines   ARGV: token, wake_prefix
+# Returns the hold count left (0: released), or -1 when the lease is not ours.
+RELEASE = Script(
+    "release",
+    _NOW
+    + _WAKE_NEXT
+    + """
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return -1 end
+local count = redis.call('HINCRBY', KEYS[1], 'count', -1)
+if count > 0 then return count end
+redis.call('DEL', KEYS[1])
+wake_next(KEYS[2], KEYS[3], ARGV[2], now)
+return 0
+""",
+)
+
+# KEYS: lease   ARGV: token, lease_ms
+# Returns 1 when the lease now ends lease_ms from now, 0 when it is not ours (lost).
+EXTEND = Script(
+    "extend",
+    """
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[1], 'lease', ARGV[2])
+return 1
+""",
+)
+
+# KEYS: lease, queue, deadlines   ARGV: token, wake_prefix
+# Deletes the lease whatever its hold count, only if it still has the token an operator saw.
+FORCE_RELEASE = Script(
+    "force_release",
+    _NOW
+    + _WAKE_NEXT
+    + """
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+wake_next(KEYS[2], KEYS[3], ARGV[2], now)
+return 1
+""",
+)

@@ -1,0 +1,29 @@
+"""Signals sent by the lock engine. Each is sent with ``sender=Lock`` (the class) and these
+keyword arguments:
+
+``lock_acquired``        lock, name, label, waited (seconds spent waiting), fencing_token
+``lock_released``        lock, name, label, held (seconds)
+``lock_contended``       lock, name, label, owner (holder's owner record, or None): an
+                         acquisition found the lock held and is about to wait
+``lock_lost``            lock, name, label, held (seconds since acquired), reason (str): a lease
+                         ended while its holder believed it held the lock
+``lock_force_released``  name, token, owner (the record that was released), by (who asked)
+
+Receivers run in the thread that sends: ``lock_lost`` usually comes from the renewal thread.
+"""
+
+from django.dispatch import Signal
+
+__all__ = [
+    "lock_acquired",
+    "lock_contended",
+    "lock_force_released",
+    "lock_lost",
+    "lock_released",
+]
+
+lock_acquired = Signal()
+lock_released = Signal()
+lock_contended = Signal()
+lock_lost = Signal()
+lock_force_released = Signal()
