@@ -41,7 +41,7 @@ from .connection import get_async_redis_client, get_redis_client
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .keys import LockKeys, lock_keys
 from .renewal import RenewedLease, renewer
-from .scripts import ACQUIRE, EXTEND, RELEASE
+from .scripts import ACQUIRE, EXTEND, RELEASE, aexecute, execute
 
 __all__ = ["Lock"]
 
@@ -549,7 +549,7 @@ class Lock:
         """Whether anyone holds the lock right now."""
         alias, keys = self._alias_and_keys()
         try:
-            return bool(get_redis_client(alias).exists(keys.lease))
+            return bool(execute(get_redis_client(alias), "EXISTS", keys.lease))
         except RedisError as exc:
             raise self._backend_error("read", exc) from exc
 
@@ -560,18 +560,18 @@ class Lock:
             return False
         alias, keys = self._alias_and_keys()
         try:
-            holder = get_redis_client(alias).hget(keys.lease, "token")
+            holder = execute(get_redis_client(alias), "HGET", keys.lease, "token")
         except RedisError as exc:
             raise self._backend_error("read", exc) from exc
         if isinstance(holder, bytes):  # unless the client was built with decode_responses
             holder = holder.decode()
-        return holder == hold.token
+        return bool(holder == hold.token)
 
     def ttl(self) -> float | None:
         """Seconds left on the current lease, whoever holds it; None when nobody does."""
         alias, keys = self._alias_and_keys()
         try:
-            milliseconds = get_redis_client(alias).pttl(keys.lease)
+            milliseconds = int(execute(get_redis_client(alias), "PTTL", keys.lease))
         except RedisError as exc:
             raise self._backend_error("read", exc) from exc
         return milliseconds / 1000 if milliseconds >= 0 else None
@@ -644,7 +644,7 @@ class Lock:
                 remaining = deadline - time.monotonic()
                 if remaining > 0:
                     block = self._next_block(attempt, remaining, cap)
-                    await client.blpop([keys.wake(token)], timeout=block)
+                    await aexecute(client, "BLPOP", keys.wake(token), block)
         except RedisError as exc:
             raise self._backend_error("acquire", exc) from exc
         finally:

@@ -23,7 +23,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError
 
-from .scripts import EXTEND
+from .scripts import EXTEND, execute, execute_many
 
 __all__ = ["RenewedLease", "renewer"]
 
@@ -133,16 +133,19 @@ class _Renewer:
 
     @staticmethod
     def _extend_all(client: Any, leases: list[RenewedLease]) -> list[Any]:
-        def send() -> list[Any]:
-            pipe = client.pipeline(transaction=False)
-            for lease in leases:
-                pipe.evalsha(EXTEND.sha, 1, lease.key, lease.token, int(lease.lease * 1000))
-            return list(pipe.execute(raise_on_error=False))
-
-        results = send()
+        if len(leases) == 1 or not hasattr(client, "connection_pool"):
+            return [
+                EXTEND(client, [lease.key], [lease.token, int(lease.lease * 1000)])
+                for lease in leases
+            ]
+        commands = [
+            ("EVALSHA", EXTEND.sha, 1, lease.key, lease.token, int(lease.lease * 1000))
+            for lease in leases
+        ]
+        results = execute_many(client, commands)
         if any(isinstance(result, NoScriptError) for result in results):
-            client.script_load(EXTEND.source)
-            results = send()
+            execute(client, "SCRIPT", "LOAD", EXTEND.source)
+            results = execute_many(client, commands)
         return results
 
 

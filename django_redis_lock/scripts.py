@@ -23,14 +23,80 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
-__all__ = ["ACQUIRE", "EXTEND", "FORCE_RELEASE", "RELEASE", "Script"]
+__all__ = [
+    "ACQUIRE",
+    "EXTEND",
+    "FORCE_RELEASE",
+    "RELEASE",
+    "Script",
+    "aexecute",
+    "execute",
+    "execute_many",
+]
 
 # Fencing counters are kept this long after the last acquisition (bounded memory: a name not
 # locked for a day costs nothing). Tokens stay strictly increasing across that expiry because a
 # new counter starts from the server clock in microseconds, which is past any earlier token.
 FENCE_TTL_MS = 24 * 3600 * 1000
+
+
+def execute(client: Any, *args: Any) -> Any:
+    """Send one command on a connection of ``client``'s pool, once, and return the raw reply.
+
+    Not ``client.execute_command``: that retries on timeouts and connection errors (redis-py 8
+    by default ten times, with back-off), which would turn "Redis is unreachable" into a long
+    hang, and could run a lock script twice (a re-entry counted twice). A lock operation is
+    tried once; the caller decides what a failure means.
+    """
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:  # e.g. RedisCluster: it routes by key and handles MOVED itself
+        return client.execute_command(*args)
+    return execute_many(client, [args])[0]
+
+
+def execute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """Send several commands in one round trip (a pipeline without MULTI), each once.
+
+    Error replies are returned in place, as exception instances, not raised.
+    """
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        connection.send_packed_command(connection.pack_commands(commands))
+        replies = []
+        for _ in commands:
+            try:
+                replies.append(connection.read_response())
+            except ResponseError as error:  # a complete error reply: still in step
+                replies.append(error)
+    except BaseException:
+        # Timeout, dropped connection, or an interrupt in the middle of a blocking command:
+        # a reply may still be on its way, so this connection must not be reused.
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(connection)
+    if len(commands) == 1 and isinstance(replies[0], ResponseError):
+        raise replies[0]
+    return replies
+
+
+async def aexecute(client: Any, *args: Any) -> Any:
+    """:func:`execute` for a ``redis.asyncio`` client."""
+    pool = client.connection_pool
+    connection = await pool.get_connection()
+    try:
+        await connection.send_command(*args)
+        return await connection.read_response()
+    except ResponseError:
+        raise
+    except BaseException:
+        await connection.disconnect()
+        raise
+    finally:
+        await pool.release(connection)
 
 
 class Script:
@@ -43,17 +109,17 @@ class Script:
 
     def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            return execute(client, "EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            client.script_load(self.source)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            execute(client, "SCRIPT", "LOAD", self.source)
+            return execute(client, "EVALSHA", self.sha, len(keys), *keys, *args)
 
     async def acall(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
+            return await aexecute(client, "EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            await client.script_load(self.source)
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
+            await aexecute(client, "SCRIPT", "LOAD", self.source)
+            return await aexecute(client, "EVALSHA", self.sha, len(keys), *keys, *args)
 
 
 _NOW = """
