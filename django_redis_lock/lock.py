@@ -41,7 +41,7 @@ from .connection import get_async_redis_client, get_redis_client
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .keys import LockKeys, lock_keys
 from .renewal import RenewedLease, renewer
-from .scripts import ACQUIRE, EXTEND, RELEASE, aexecute, execute
+from .scripts import ACQUIRE, EXTEND, RELEASE, await_wake, execute, wait_for_wake
 
 __all__ = ["Lock"]
 
@@ -263,16 +263,6 @@ class Lock:
             f"Could not {action} lock {self._name!r}: {type(exc).__name__}: {exc}", name=self._name
         )
 
-    @staticmethod
-    def _block_cap(client: Any) -> float:
-        # A block must end before the socket times out, or redis-py raises TimeoutError (and
-        # recent redis-py applies a socket timeout even when none is configured).
-        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
-        socket_timeout: float | None = kwargs.get("socket_timeout")
-        if socket_timeout:
-            return max(_MIN_BLOCK, min(_BLOCK_CAP, socket_timeout * 0.8))
-        return _BLOCK_CAP
-
     def _start(self, owner: object) -> tuple[str, LockKeys, str, float, bool]:
         """Everything an acquisition needs before its first round trip."""
         hold = self._holds.get(owner)
@@ -452,7 +442,7 @@ class Lock:
         client = get_redis_client(alias)
         record = self._owner_record(owner, lease)
         nonce = secrets.token_hex(8)
-        cap = self._block_cap(client)
+        cap = _BLOCK_CAP
         started = time.monotonic()
         deadline = started + max_wait
         queued = False
@@ -478,9 +468,8 @@ class Lock:
                     self._contended(attempt, max_wait)
                 remaining = deadline - time.monotonic()
                 if remaining > 0:
-                    client.blpop(
-                        [keys.wake(token)], timeout=self._next_block(attempt, remaining, cap)
-                    )
+                    block = self._next_block(attempt, remaining, cap)
+                    wait_for_wake(client, keys.wake(token), block)
         except RedisError as exc:
             raise self._backend_error("acquire", exc) from exc
         finally:
@@ -618,7 +607,7 @@ class Lock:
         client = get_async_redis_client(alias)
         record = self._owner_record(owner, lease)
         nonce = secrets.token_hex(8)
-        cap = self._block_cap(client)
+        cap = _BLOCK_CAP
         started = time.monotonic()
         deadline = started + max_wait
         queued = False
@@ -644,7 +633,7 @@ class Lock:
                 remaining = deadline - time.monotonic()
                 if remaining > 0:
                     block = self._next_block(attempt, remaining, cap)
-                    await aexecute(client, "BLPOP", keys.wake(token), block)
+                    await await_wake(client, keys.wake(token), block)
         except RedisError as exc:
             raise self._backend_error("acquire", exc) from exc
         finally:

@@ -19,6 +19,7 @@ deadline passes; live waiters refresh it every time they look again.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from typing import Any
@@ -32,8 +33,10 @@ __all__ = [
     "RELEASE",
     "Script",
     "aexecute",
+    "await_wake",
     "execute",
     "execute_many",
+    "wait_for_wake",
 ]
 
 # Fencing counters are kept this long after the last acquisition (bounded memory: a name not
@@ -81,6 +84,52 @@ def execute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
     if len(commands) == 1 and isinstance(replies[0], ResponseError):
         raise replies[0]
     return replies
+
+
+# BLPOP's own timeout is only checked when the server's event loop wakes (every 100 ms on an
+# idle server with the default hz 10), so it can overshoot by that much. The server is given
+# this much longer and the client cuts the wait itself, to the millisecond.
+_SERVER_TIMEOUT_MARGIN = 1.0
+
+
+def wait_for_wake(client: Any, key: str, seconds: float) -> bool:
+    """Block until something is pushed on ``key`` (True) or ``seconds`` pass (False)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        return execute(client, "BLPOP", key, seconds) is not None
+    connection = pool.get_connection()
+    try:
+        connection.send_command("BLPOP", key, seconds + _SERVER_TIMEOUT_MARGIN)
+        if connection.can_read(timeout=seconds):
+            return connection.read_response() is not None
+        # Still blocked server-side: drop the connection rather than wait for the reply. A
+        # wake-up popped just now is not lost: the caller asks the queue again either way.
+        connection.disconnect()
+        return False
+    except BaseException:
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(connection)
+
+
+async def await_wake(client: Any, key: str, seconds: float) -> bool:
+    """:func:`wait_for_wake` for a ``redis.asyncio`` client."""
+    pool = client.connection_pool
+    connection = await pool.get_connection()
+    try:
+        await connection.send_command("BLPOP", key, seconds + _SERVER_TIMEOUT_MARGIN)
+        try:
+            reply = await asyncio.wait_for(connection.read_response(), seconds)
+        except asyncio.TimeoutError:
+            await connection.disconnect()
+            return False
+        return reply is not None
+    except BaseException:
+        await connection.disconnect()
+        raise
+    finally:
+        await pool.release(connection)
 
 
 async def aexecute(client: Any, *args: Any) -> Any:

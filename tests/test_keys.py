@@ -1,0 +1,58 @@
+import json
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, strategies as st
+from hypothesis import settings as hypothesis_settings
+
+from django_redis_lock import Lock
+from django_redis_lock.keys import lock_keys, namespace
+from tests.conftest import django_redis_caches
+
+
+def test_readable_names_are_kept():
+    keys = lock_keys("reports:nightly", "default")
+    assert keys.lease == "lock:{reports:nightly}"
+    assert keys.queue == "lock:{reports:nightly}:q"
+    assert keys.fence == "lock:{reports:nightly}:f"
+    assert keys.wake("abc") == "lock:{reports:nightly}:w:abc"
+
+
+def test_cache_key_prefix_comes_first_and_version_is_ignored(settings, redis_url):
+    settings.CACHES = django_redis_caches(redis_url)
+    settings.CACHES["default"].update(KEY_PREFIX="shop", VERSION=7)
+    settings.DJANGO_REDIS_LOCK_KEY_PREFIX = "locks"
+    assert namespace("default") == "shop:locks:"
+    assert lock_keys("x", "default").lease == "shop:locks:{x}"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a b", "{braces}", "über", "x" * 10_000, "*?[]\\", "", "tab\there", "#abc"],
+)
+def test_other_names_are_hashed_into_one_tag(name):
+    keys = lock_keys(name or "\0", "default")
+    tag = re.fullmatch(r"lock:\{(#[0-9a-f]{32})\}", keys.lease)
+    assert tag, keys.lease
+
+
+def test_distinct_names_get_distinct_keys():
+    names = ["a b", "a  b", "A b", "{x}", "{x} ", "#0", "x" * 10_000, "x" * 10_001]
+    assert len({lock_keys(name, "default").lease for name in names}) == len(names)
+
+
+@hypothesis_settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.text(min_size=1, max_size=300))
+def test_any_name_locks_and_unlocks(redis_client, name):
+    lock = Lock(name, timeout=5, wait=0)
+    assert lock.acquire()
+    keys = lock_keys(name, "default")
+    # One hash tag, balanced, so Redis Cluster puts all of one lock's keys in one slot.
+    assert keys.lease.count("{") == 1
+    assert keys.lease.endswith("}")
+    assert redis_client.pttl(keys.lease) > 0
+    assert json.loads(redis_client.hget(keys.lease, "owner"))["name"] == name
+    lock.release()
+    assert redis_client.exists(keys.lease) == 0

@@ -1,0 +1,455 @@
+"""The Lock API against a real redis-server, and one test per failure recipe (R1-R11)."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import redis
+
+from django_redis_lock import (
+    Lock,
+    LockError,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+    lock_acquired,
+    lock_contended,
+    lock_lost,
+    lock_released,
+)
+from django_redis_lock.keys import lock_keys
+from tests import workers
+from tests.conftest import django_redis_caches
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def lease_key(name):
+    return lock_keys(name, "default").lease
+
+
+def in_thread(func, *args):
+    """Run ``func`` in a real thread and return its result (re-raising its exception)."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = func(*args)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+# -- the basics ------------------------------------------------------------------------------
+
+
+def test_acquire_release(redis_client):
+    lock = Lock("basic", timeout=10)
+    assert not lock.locked()
+    assert lock.ttl() is None
+    assert lock.acquire() is True
+    assert lock.locked()
+    assert lock.owned()
+    assert 9 < lock.ttl() <= 10
+    assert len(lock.token) == 32
+    lock.release()
+    assert not lock.locked()
+    assert lock.token is None
+    assert redis_client.keys("*") == []  # nothing left behind
+
+
+def test_with_block_gives_the_lock(redis_client):
+    with Lock("ctx", timeout=10) as held:
+        assert held.owned()
+        assert redis_client.exists(lease_key("ctx"))
+    assert not redis_client.exists(lease_key("ctx"))
+
+
+def test_wait_zero_does_not_block():
+    with Lock("busy", timeout=10):
+        other = in_thread(lambda: Lock("busy", wait=0).acquire())
+    assert other is False
+
+
+def test_not_acquired_tells_who_holds_it():
+    with Lock("held", timeout=10, label="nightly report"):
+
+        def try_it():
+            with Lock("held", wait=0):
+                pass
+
+        with pytest.raises(LockNotAcquired) as info:
+            in_thread(try_it)
+    error = info.value
+    assert error.name == "held"
+    assert error.owner["label"] == "nightly report"
+    assert error.owner["pid"] == os.getpid()
+    assert 0 < error.ttl <= 10
+    assert "nightly report" in str(error)
+
+
+def test_owner_record(redis_client):
+    with Lock("rec", timeout=7, label="why", fencing=True):
+        record = redis_client.hgetall(lease_key("rec"))
+        owner = json.loads(record[b"owner"])
+    assert owner["name"] == "rec"
+    assert owner["label"] == "why"
+    assert owner["pid"] == os.getpid()
+    assert owner["host"]
+    assert owner["thread"] == threading.current_thread().name
+    assert owner["lease"] == 7
+    assert int(record[b"count"]) == 1
+    assert int(record[b"fence"]) > 0
+    server_now_ms = redis_client.time()[0] * 1000
+    assert abs(int(record[b"since"]) - server_now_ms) < 5000  # the server's clock, not ours
+
+
+def test_release_without_holding_raises_and_deletes_nothing(redis_client):
+    holder = Lock("mine", timeout=10)
+    holder.acquire()
+    stranger = Lock("mine")
+    with pytest.raises(LockNotOwned):
+        stranger.release()
+    assert holder.owned()
+    holder.release()
+
+
+def test_one_lock_object_shared_by_threads_keeps_owners_apart():
+    shared = Lock("shared", timeout=10)
+    assert shared.acquire()
+    # Another thread can neither release our lease nor take the lock through the object.
+    with pytest.raises(LockNotOwned):
+        in_thread(shared.release)
+    assert in_thread(lambda: shared.acquire(wait=0)) is False
+    assert in_thread(lambda: shared.token) is None
+    assert shared.owned()
+    shared.release()
+
+
+def test_non_reentrant_lock_refuses_to_reacquire_through_the_same_object():
+    lock = Lock("once", timeout=10)
+    with lock, pytest.raises(LockError, match="reentrant=True"):
+        lock.acquire()
+
+
+def test_reentrant_across_lock_objects(redis_client):
+    outer = Lock("row:1", timeout=10, reentrant=True)
+    inner = Lock("row:1", timeout=10, reentrant=True)
+    with outer:
+        with inner:
+            assert inner.token == outer.token
+            assert int(redis_client.hget(lease_key("row:1"), "count")) == 2
+            with outer:  # the same object again
+                assert int(redis_client.hget(lease_key("row:1"), "count")) == 3
+        assert int(redis_client.hget(lease_key("row:1"), "count")) == 1
+        # Re-entry is per thread: another thread must wait.
+        assert in_thread(lambda: Lock("row:1", reentrant=True, wait=0).acquire()) is False
+    assert not redis_client.exists(lease_key("row:1"))
+
+
+def test_extend(redis_client):
+    with Lock("ext", timeout=2) as held:
+        held.extend(30)
+        assert 29 < held.ttl() <= 30
+        held.extend()
+        assert held.ttl() <= 2
+    with pytest.raises(LockNotOwned):
+        held.extend()
+
+
+def test_fencing_tokens_strictly_increase(redis_client):
+    tokens = []
+    for _ in range(20):
+        with Lock("fenced", timeout=10, fencing=True) as held:
+            tokens.append(held.fencing_token)
+    # The counter expiring (after a day without use) must not restart the sequence.
+    redis_client.delete(lock_keys("fenced", "default").fence)
+    with Lock("fenced", timeout=10, fencing=True) as held:
+        tokens.append(held.fencing_token)
+    assert tokens == sorted(set(tokens))
+    assert all(isinstance(token, int) for token in tokens)
+    assert redis_client.pttl(lock_keys("fenced", "default").fence) > 0  # bounded memory
+
+
+def test_without_fencing_there_is_no_token_and_no_counter(redis_client):
+    with Lock("plain", timeout=10) as held:
+        assert held.fencing_token is None
+    assert not redis_client.exists(lock_keys("plain", "default").fence)
+
+
+def test_signals(redis_client):
+    seen = []
+
+    def record(signal, **kwargs):
+        seen.append((signal, kwargs["name"]))
+
+    for sig in (lock_acquired, lock_released, lock_contended):
+        sig.connect(record, weak=False)
+    try:
+        holder = Lock("sig", timeout=10)
+        holder.acquire()
+        waiting = threading.Thread(target=lambda: Lock("sig", wait=10).acquire() and None)
+        waiting.start()
+        while (lock_contended, "sig") not in seen:  # wait for the waiter to queue
+            time.sleep(0.005)
+        holder.release()
+        waiting.join()
+    finally:
+        for sig in (lock_acquired, lock_released, lock_contended):
+            sig.disconnect(record)
+    assert seen.count((lock_acquired, "sig")) == 2
+    assert seen.count((lock_released, "sig")) == 1
+    assert seen.count((lock_contended, "sig")) == 1
+
+
+def test_script_flush_is_survived(redis_client):
+    with Lock("flush", timeout=10):
+        pass
+    redis_client.script_flush()
+    with Lock("flush", timeout=10):
+        pass
+
+
+def test_unreachable_redis_is_a_backend_error(settings):
+    from django_redis_lock import LockBackendError
+
+    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
+    with pytest.raises(LockBackendError, match="ConnectionError"):
+        Lock("down", timeout=1).acquire()
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"name": None}, TypeError),
+        ({"name": b"bytes"}, TypeError),
+        ({"name": 42}, TypeError),
+        ({"name": ""}, ValueError),
+        ({"timeout": 0}, ValueError),
+        ({"timeout": -1}, ValueError),
+        ({"timeout": math.nan}, ValueError),
+        ({"timeout": math.inf}, ValueError),
+        ({"timeout": "10"}, TypeError),
+        ({"timeout": True}, TypeError),
+        ({"wait": -1}, ValueError),
+        ({"wait": math.nan}, ValueError),
+        ({"wait": "5"}, TypeError),
+        ({"reentrant": 1}, TypeError),
+        ({"fencing": "yes"}, TypeError),
+        ({"auto_renew": 0}, TypeError),
+        ({"label": 5}, TypeError),
+        ({"using": ""}, TypeError),
+    ],
+)
+def test_bad_arguments_fail_before_touching_redis(settings, kwargs, error):
+    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")  # nothing listens there
+    kwargs = {"name": "x", **kwargs}
+    with pytest.raises(error):
+        Lock(kwargs.pop("name"), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("wait", "error"), [(-1, ValueError), (math.nan, ValueError), ("1", TypeError)]
+)
+def test_bad_wait_for_acquire(settings, wait, error):
+    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
+    with pytest.raises(error):
+        Lock("x").acquire(wait=wait)
+
+
+def test_infinite_wait_is_allowed_per_lock():
+    with Lock("patient", wait=math.inf, timeout=5):
+        pass
+
+
+# -- the recipes of lock-recipes.md ----------------------------------------------------------
+
+
+def test_r1_crashed_holder_frees_the_lock_within_its_lease(redis_url):
+    ready = SPAWN.Event()
+    holder = SPAWN.Process(
+        target=workers.hold_until_killed, args=(redis_url, "r1", ready), daemon=True
+    )
+    holder.start()
+    assert ready.wait(30)
+    assert Lock("r1", wait=0).acquire() is False
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join()
+    # The holder's lease was DJANGO_REDIS_LOCK_TIMEOUT = 1 s (renewed while it lived).
+    waiter = Lock("r1", timeout=5)
+    assert waiter.acquire(wait=1 + 2), "a dead holder kept the lock past its lease"
+    waiter.release()
+
+
+def test_r2_acquire_always_sets_ttl(redis_client):
+    options = [
+        {},
+        {"timeout": 0.5},
+        {"timeout": 100, "auto_renew": True},
+        {"reentrant": True},
+        {"fencing": True},
+    ]
+    for kwargs in options:
+        lock = Lock("r2", **kwargs)
+        for _ in range(20):
+            assert lock.acquire()
+            assert redis_client.pttl(lease_key("r2")) > 0
+            lock.release()
+    # No key of ours ever lives without a TTL.
+    with Lock("r2", timeout=5):
+        threading.Thread(target=lambda: Lock("r2", wait=0.2).acquire()).start()
+        time.sleep(0.05)
+        for key in redis_client.scan_iter("lock:*"):
+            assert redis_client.pttl(key) > 0, key
+
+
+def test_r3_failed_attempts_never_extend_the_holders_lease(redis_client):
+    holder = Lock("r3", timeout=3)
+    holder.acquire()
+    key = lease_key("r3")
+    previous = redis_client.pttl(key)
+    for _ in range(100):
+        assert Lock("r3", wait=0).acquire() is False
+        Lock("r3", wait=0.001).acquire()  # a queued (waiting) attempt too
+        current = redis_client.pttl(key)
+        assert 0 < current <= previous
+        previous = current
+    holder.release()
+
+
+def test_r4_client_clocks_do_not_enter_the_protocol(monkeypatch):
+    holder = Lock("r4", timeout=10)
+    holder.acquire()
+    # A client whose wall clock is a day ahead (or behind) still cannot take the lock...
+    for skew in (86_400, -86_400):
+        monkeypatch.setattr(time, "time", lambda skew=skew: 1_700_000_000 + skew)
+        assert Lock("r4", wait=0).acquire() is False
+    monkeypatch.undo()
+    # ...and the holder's lease is untouched.
+    assert holder.owned()
+    assert holder.ttl() > 9
+    holder.release()
+
+
+def test_r5_expired_holder_cannot_release_the_next_holders_lock(redis_client):
+    first = Lock("r5", timeout=0.1)
+    first.acquire()
+    second = Lock("r5", timeout=10)
+    with ThreadPoolExecutor(max_workers=1) as other_process:  # one thread: one owner
+        assert other_process.submit(second.acquire, 5).result()  # once the first lease ends
+        with pytest.raises(LockNotOwned):
+            first.release()
+        assert other_process.submit(second.owned).result()
+        assert redis_client.exists(lease_key("r5"))
+        other_process.submit(second.release).result()
+
+
+def test_r6_release_is_one_server_side_script(redis_url, redis_client):
+    lock = Lock("r6", timeout=10)
+    lock.acquire()
+    monitor_client = redis.Redis.from_url(redis_url)
+    commands = []
+    with monitor_client.monitor() as monitor:
+        lock.release()
+        redis_client.ping()  # a marker: everything before it was the release
+        for event in monitor.listen():
+            if event["command"] == "PING":
+                break
+            commands.append((event["client_type"], event["command"].split()[0].upper()))
+    monitor_client.close()
+    from_client = [command for source, command in commands if source != "lua"]
+    assert from_client == ["EVALSHA"], commands  # no GET-then-DEL from the client
+    assert ("lua", "DEL") in commands  # the delete happened inside the script
+
+
+def test_r7_waiters_block_instead_of_polling(redis_url, redis_client):
+    holder = Lock("r7", timeout=10)
+    holder.acquire()
+    before = redis_client.info("commandstats")
+    waiter_got_it = threading.Event()
+
+    def wait_for_it():
+        with Lock("r7", wait=10):
+            waiter_got_it.set()
+
+    waiter = threading.Thread(target=wait_for_it)
+    waiter.start()
+    time.sleep(0.5)  # the holder's work: the waiter must stay quiet meanwhile
+    holder.release()
+    assert waiter_got_it.wait(10)
+    waiter.join()
+    after = redis_client.info("commandstats")
+
+    def calls(stats, name):
+        return stats.get(f"cmdstat_{name}", {}).get("calls", 0)
+
+    sent = {name: calls(after, name) - calls(before, name) for name in ("evalsha", "blpop")}
+    # Acquire (queued), block, acquire, release: a polling waiter would send hundreds.
+    assert sent["blpop"] <= 2
+    assert sent["evalsha"] <= 4
+
+
+def test_r8_wait_is_honoured(redis_client):
+    holder = Lock("r8", timeout=10)
+    holder.acquire()
+
+    def timed_attempt():
+        started = time.monotonic()
+        result = Lock("r8").acquire(wait=0.3)
+        return result, time.monotonic() - started
+
+    result, elapsed = in_thread(timed_attempt)
+    assert result is False
+    assert 0.3 <= elapsed < 0.3 + 0.25
+    assert holder.owned()
+    holder.release()
+    assert not redis_client.exists(lock_keys("r8", "default").queue)  # the waiter left the line
+
+
+def test_r9_lost_lease_is_never_silent(redis_client, caplog):
+    lost = []
+    lock_lost.connect(lambda **kwargs: lost.append(kwargs["name"]), weak=False, dispatch_uid="r9")
+    try:
+        with pytest.raises(LockLost), Lock("r9", timeout=0.2) as held:
+            redis_client.delete(lease_key("r9"))  # expired, or deleted by someone
+            assert held.locked() is False
+    finally:
+        lock_lost.disconnect(dispatch_uid="r9")
+    assert lost == ["r9"]
+    assert any(
+        record.levelname == "ERROR" and "r9" in record.getMessage() for record in caplog.records
+    )
+
+
+def test_r10_locks_are_taken_on_the_primary(settings, redis_server_factory):
+    primary = redis_server_factory()
+    replica = redis_server_factory(args=["--replicaof", primary.host, str(primary.port)])
+    settings.CACHES = django_redis_caches([primary.url, replica.url])
+    with Lock("r10", timeout=10):
+        assert redis.Redis.from_url(primary.url).exists(lease_key("r10"))
+
+
+def test_r11_every_acquisition_has_its_own_random_token(redis_client):
+    tokens = set()
+    for _ in range(1000):
+        with Lock("r11", timeout=10) as held:
+            tokens.add(held.token)
+            assert int(held.token, 16).bit_length() > 100  # 128 random bits, hex
+    assert len(tokens) == 1000

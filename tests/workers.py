@@ -1,0 +1,66 @@
+"""Code that runs in child processes (spawned, so each has its own fresh interpreter)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+
+def setup_django(redis_url: str, **settings: Any) -> None:
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    import django
+    from django.test import override_settings
+
+    from tests.conftest import django_redis_caches
+
+    django.setup()
+    override_settings(CACHES=django_redis_caches(redis_url), **settings).enable()
+
+
+def count_under_lock(redis_url: str, name: str, rounds: int, start: Any) -> tuple[int, int]:
+    """``rounds`` non-atomic increments of ``counter`` under the lock; returns
+    (overlaps seen, acquisitions)."""
+    setup_django(redis_url)
+    import redis
+
+    from django_redis_lock import Lock
+
+    client = redis.Redis.from_url(redis_url)
+    overlaps = 0
+    start.wait()
+    for _ in range(rounds):
+        with Lock(name, timeout=10, wait=60):
+            if client.incr("inside") != 1:
+                overlaps += 1
+            value = int(client.get("counter") or 0)
+            client.set("counter", value + 1)
+            client.decr("inside")
+    return overlaps, rounds
+
+
+def acquire_for(redis_url: str, name: str, seconds: float, start: Any) -> int:
+    """Take and release the lock as often as possible for ``seconds``; returns the count."""
+    setup_django(redis_url)
+    from django_redis_lock import Lock
+
+    start.wait()
+    count = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with Lock(name, timeout=10, wait=30):
+            count += 1
+            busy_until = time.monotonic() + 0.0005  # a 0.5 ms critical section
+            while time.monotonic() < busy_until:
+                pass
+    return count
+
+
+def hold_until_killed(redis_url: str, name: str, ready: Any, **lock_options: Any) -> None:
+    setup_django(redis_url, DJANGO_REDIS_LOCK_TIMEOUT=1)
+    from django_redis_lock import Lock
+
+    lock = Lock(name, **lock_options)
+    assert lock.acquire(wait=0)
+    ready.set()
+    time.sleep(3600)
