@@ -2,8 +2,9 @@ import json
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, strategies as st
+from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from django_redis_lock import Lock
 from django_redis_lock.keys import lock_keys, namespace
