@@ -3,7 +3,7 @@
 The public API is re-exported here; import from ``django_redis_lock``, not its modules.
 """
 
-from .connection import get_async_redis_client, get_redis_client
+from .connection import aclose_async_redis_clients, get_async_redis_client, get_redis_client
 from .decorators import lock
 from .exceptions import (
     LockBackendError,
@@ -31,6 +31,7 @@ __all__ = [
     "LockNotAcquired",
     "LockNotOwned",
     "__version__",
+    "aclose_async_redis_clients",
     "get_async_redis_client",
     "get_redis_client",
     "lock",

@@ -45,6 +45,7 @@ __all__ = [
     "CacheBackend",
     "RedisClient",
     "UnsupportedCache",
+    "aclose_async_redis_clients",
     "cache_backend",
     "get_async_redis_client",
     "get_redis_client",
@@ -258,6 +259,17 @@ def get_async_redis_client(alias: str | None = None) -> redis.asyncio.Redis:
     if client is None:
         client = per_loop[alias] = _async_twin(get_redis_client(alias), alias)
     return client
+
+
+async def aclose_async_redis_clients() -> None:
+    """Close the asyncio clients of the running event loop.
+
+    Call it before a short-lived loop ends (a script's ``asyncio.run(main())``); a loop that
+    lives as long as the process (an ASGI server's) needs nothing.
+    """
+    for client in _async_clients.pop(asyncio.get_running_loop(), {}).values():
+        await client.aclose()
+        await client.connection_pool.disconnect()  # ours: aclose() leaves a given pool open
 
 
 @receiver(setting_changed)
