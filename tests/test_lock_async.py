@@ -113,6 +113,7 @@ def test_waiting_never_blocks_the_event_loop():
                 lags.append(time.monotonic() - before - 0.01)
 
         ticking = asyncio.create_task(ticker())
+
         async def take_turn():
             async with Lock("loop-lag", wait=5, timeout=10):
                 return True

@@ -7,7 +7,6 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 import redis
 
 from django_redis_lock import Lock

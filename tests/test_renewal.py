@@ -74,7 +74,8 @@ def test_deleted_lease_is_reported(settings, redis_client, losses, caplog):
             held.ensure_held()
     assert losses == [("victim", "its lease was gone when renewing (expired or deleted)")]
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert errors and "victim" in errors[0].getMessage()
+    assert errors
+    assert "victim" in errors[0].getMessage()
 
 
 def test_ensure_held_asks_redis(redis_client, losses):
