@@ -6,13 +6,14 @@ PIP    := $(BIN)/python -m pip
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint format tox clean
+.PHONY: help demo test lint format tox bench clean
 
 help:
 	@echo "make demo   serve the example project on http://127.0.0.1:8000/ (embedded Redis unless REDIS_URL is set)"
 	@echo "make test   run the whole test suite against private redis-server processes"
 	@echo "make lint   ruff and mypy"
 	@echo "make tox    the Python x Django matrix"
+	@echo "make bench  compare the lock with other Redis locks (~2 minutes), writes benchmarks/results.md"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
@@ -41,6 +42,17 @@ format: $(VENV)/.installed-dev
 
 tox: $(VENV)/.installed-dev
 	$(BIN)/tox
+
+# A comparison library that cannot be installed here is reported as n/a by bench.py.
+$(VENV)/.installed-bench: setup.cfg pyproject.toml | $(BIN)/python
+	$(PIP) install --quiet -e '.[bench]' || { \
+		echo "bench: some comparison libraries did not install; they will show as n/a" >&2; \
+		$(PIP) install --quiet -e '.[embedded]' && \
+		for package in python-redis-lock pottery; do $(PIP) install --quiet $$package || true; done; }
+	@touch $@
+
+bench: $(VENV)/.installed-bench
+	$(BIN)/python benchmarks/bench.py
 
 clean:
 	rm -rf $(VENV) .tox build dist *.egg-info example_project/.redis example_project/db.sqlite3
