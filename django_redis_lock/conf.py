@@ -195,10 +195,21 @@ class LockSettings:
         """The value as configured (or the default), without validation."""
         return getattr(settings, SETTINGS[name].full_name, SETTINGS[name].default)
 
+    def __init__(self) -> None:
+        # name -> (raw value, validated value): validation is skipped while the raw value is
+        # the same object. Reading the raw value each time keeps override_settings working.
+        self._validated: dict[str, tuple[Any, Any]] = {}
+
     def get(self, name: str) -> Any:
         """The validated value; raises :class:`InvalidSetting` on a bad one."""
+        raw = self.raw(name)
+        cached = self._validated.get(name)
+        if cached is not None and cached[0] is raw:
+            return cached[1]
         setting = SETTINGS[name]
-        return setting.validate(setting.full_name, self.raw(name))
+        value = setting.validate(setting.full_name, raw)
+        self._validated[name] = (raw, value)
+        return value
 
     @property
     def CACHE_ALIAS(self) -> str:

@@ -132,12 +132,31 @@ class _Hold:
 
 @dataclass
 class _Attempt:
-    """What one call of the ACQUIRE script answered."""
+    """What a failed call of the ACQUIRE script answered."""
 
-    held: bool
-    fence: int = 0
     wait_hint: float = 0.0  # seconds until it is worth looking again
     owner: dict[str, Any] | None = None
+
+
+@dataclass(eq=False)
+class _Acquisition:
+    """The state of one acquire() call, shared by its sync and async loops."""
+
+    owner: object
+    alias: str
+    keys: LockKeys
+    token: str
+    lease: float
+    renew: bool
+    record: str
+    nonce: str
+    max_wait: float
+    started: float
+    deadline: float
+    mode: int = _TRY
+    queued: bool = False
+    wait_hint: float = 0.0
+    first_failure: _Attempt | None = None
 
 
 class Lock:
@@ -193,6 +212,8 @@ class Lock:
         self._holds: weakref.WeakKeyDictionary[object, _Hold] = weakref.WeakKeyDictionary()
         self._state = threading.Lock()
         self._last_attempt: _Attempt | None = None
+        self._record_prefix: tuple[int, str] | None = None
+        self._flags = ("f" if fencing else "") + ("r" if reentrant else "")
 
     def __repr__(self) -> str:
         return f"<Lock {self._name!r}{' held' if self._hold() else ''}>"
@@ -248,23 +269,22 @@ class Lock:
         return self._wait if self._wait is not None else lock_settings.WAIT
 
     def _owner_record(self, owner: object, lease: float) -> str:
-        record = {
-            "name": self._name,
-            "label": self._label,
-            "host": _HOST,
-            "pid": os.getpid(),
-            **_owner_description(owner),
-            "lease": lease,
-        }
-        return json.dumps(record, separators=(",", ":"))
+        pid = os.getpid()
+        if self._record_prefix is None or self._record_prefix[0] != pid:  # forked: new pid
+            static = {"name": self._name, "label": self._label, "host": _HOST, "pid": pid}
+            self._record_prefix = (pid, json.dumps(static, separators=(",", ":"))[:-1])
+        dynamic = json.dumps({**_owner_description(owner), "lease": lease}, separators=(",", ":"))
+        return f"{self._record_prefix[1]},{dynamic[1:]}"
 
     def _backend_error(self, action: str, exc: RedisError) -> LockBackendError:
         return LockBackendError(
             f"Could not {action} lock {self._name!r}: {type(exc).__name__}: {exc}", name=self._name
         )
 
-    def _start(self, owner: object) -> tuple[str, LockKeys, str, float, bool]:
+    def _begin(self, wait: float | None) -> _Acquisition:
         """Everything an acquisition needs before its first round trip."""
+        owner = _current_owner()
+        max_wait = self._max_wait(wait)
         hold = self._holds.get(owner)
         if hold is not None and not self._reentrant:
             raise LockError(
@@ -277,54 +297,77 @@ class Lock:
         token = None
         if self._reentrant:
             token = hold.token if hold else _reentrant_tokens.get(owner, keys.lease)
-        return alias, keys, token or secrets.token_hex(16), lease, renew
-
-    def _acquire_args(
-        self, keys: LockKeys, token: str, owner_record: str, lease: float, mode: int,
-        liveness: float, nonce: str,
-    ) -> tuple[list[str], list[Any]]:  # fmt: skip
-        return (
-            [keys.lease, keys.queue, keys.deadlines, keys.fence],
-            [
-                token,
-                max(1, int(lease * 1000)),
-                owner_record,
-                int(self._fencing),
-                mode,
-                int(liveness * 1000),
-                int(self._reentrant),
-                nonce,
-                keys.wake_prefix,
-            ],
+        started = time.monotonic()
+        return _Acquisition(
+            owner=owner,
+            alias=alias,
+            keys=keys,
+            token=token or secrets.token_hex(16),
+            lease=lease,
+            renew=renew,
+            record=self._owner_record(owner, lease),
+            nonce=secrets.token_hex(8) if self._reentrant else "",
+            max_wait=max_wait,
+            started=started,
+            deadline=started + max_wait,
         )
 
-    @staticmethod
-    def _parse(result: list[Any]) -> _Attempt:
+    def _attempt_args(self, ctx: _Acquisition, mode: int | None = None) -> list[Any]:
+        """Arguments of the next ACQUIRE call; decides its mode from the time left."""
+        remaining = ctx.deadline - time.monotonic()
+        if mode is None:
+            mode = _QUEUE if remaining > 0 else (_LEAVE_OR_TAKE if ctx.queued else _TRY)
+        ctx.mode = mode
+        # The holder's owner record is only needed to report a contention or a failure.
+        flags = self._flags if (mode == _QUEUE and ctx.queued) else self._flags + "o"
+        liveness = min(max(remaining, 0), _BLOCK_CAP) + _LIVENESS_SLACK
+        lease_ms = max(1, int(ctx.lease * 1000))
+        return [ctx.token, lease_ms, ctx.record, mode, flags, int(liveness * 1000), ctx.nonce]
+
+    def _step(self, ctx: _Acquisition, result: list[Any]) -> bool | None:
+        """Digest one ACQUIRE answer: True (held), False (gave up) or None (wait on)."""
         if result[0] == 1:
-            return _Attempt(held=True, fence=int(result[1]))
+            ctx.queued = False
+            fence = int(result[1])
+            self._acquired(ctx, fence)
+            return True
         owner = None
         if result[2]:
-            try:
+            with contextlib.suppress(ValueError):
                 owner = json.loads(result[2])
-            except ValueError:
-                owner = None
-        return _Attempt(held=False, wait_hint=max(0, int(result[1])) / 1000, owner=owner)
+        attempt = _Attempt(wait_hint=max(0, int(result[1])) / 1000, owner=owner)
+        if ctx.mode != _QUEUE:
+            ctx.queued = False
+            self._timed_out(attempt if owner else ctx.first_failure or attempt, ctx.max_wait)
+            return False
+        if not ctx.queued:
+            ctx.queued = True
+            ctx.first_failure = attempt
+            self._contended(attempt, ctx.max_wait)
+        ctx.wait_hint = attempt.wait_hint
+        return None
 
-    def _next_block(self, attempt: _Attempt, remaining: float, cap: float) -> float:
-        hint = attempt.wait_hint if attempt.wait_hint > 0 else cap
-        return max(_MIN_BLOCK, min(remaining, hint, cap))
+    @staticmethod
+    def _block(ctx: _Acquisition) -> tuple[float, bool]:
+        """How long to block for a wake-up, and whether that time must be kept exactly (it
+        ends the wait, or the holder's lease) rather than only roughly (a periodic re-check)."""
+        remaining = ctx.deadline - time.monotonic()
+        if remaining <= 0:
+            return 0.0, False
+        hint = ctx.wait_hint if ctx.wait_hint > 0 else _BLOCK_CAP
+        block = min(remaining, hint, _BLOCK_CAP)
+        return max(_MIN_BLOCK, block), block < _BLOCK_CAP
 
-    def _acquired(
-        self, owner: object, alias: str, keys: LockKeys, token: str, attempt: _Attempt,
-        lease: float, renew: bool, started: float,
-    ) -> None:  # fmt: skip
+    def _acquired(self, ctx: _Acquisition, fence: int) -> None:
+        owner, alias, keys, token = ctx.owner, ctx.alias, ctx.keys, ctx.token
+        lease, renew, started = ctx.lease, ctx.renew, ctx.started
         now = time.monotonic()
         with self._state:
             hold = self._holds.get(owner)
             if hold is not None and hold.token == token:
                 hold.count += 1
             else:
-                hold = _Hold(token, attempt.fence if self._fencing else None, now)
+                hold = _Hold(token, fence if self._fencing else None, now)
                 if renew:
                     hold.renewal = RenewedLease(
                         client=get_redis_client(alias),
@@ -436,53 +479,24 @@ class Lock:
 
     def acquire(self, wait: float | None = None) -> bool:
         """Take the lock, waiting up to ``wait`` seconds; True when taken, False when not."""
-        owner = _current_owner()
-        max_wait = self._max_wait(wait)
-        alias, keys, token, lease, renew = self._start(owner)
-        client = get_redis_client(alias)
-        record = self._owner_record(owner, lease)
-        nonce = secrets.token_hex(8)
-        cap = _BLOCK_CAP
-        started = time.monotonic()
-        deadline = started + max_wait
-        queued = False
-        attempt: _Attempt | None = None
+        ctx = self._begin(wait)
+        client = get_redis_client(ctx.alias)
         try:
             while True:
-                remaining = deadline - time.monotonic()
-                mode = _QUEUE if remaining > 0 else (_LEAVE_OR_TAKE if queued else _TRY)
-                keys_, args = self._acquire_args(
-                    keys, token, record, lease, mode, min(remaining, cap) + _LIVENESS_SLACK, nonce
-                )
-                attempt = self._parse(ACQUIRE(client, keys_, args))
-                if attempt.held:
-                    queued = False
-                    self._acquired(owner, alias, keys, token, attempt, lease, renew, started)
-                    return True
-                if mode != _QUEUE:
-                    queued = False
-                    self._timed_out(attempt, max_wait)
-                    return False
-                if not queued:
-                    queued = True
-                    self._contended(attempt, max_wait)
-                remaining = deadline - time.monotonic()
-                if remaining > 0:
-                    block = self._next_block(attempt, remaining, cap)
-                    wait_for_wake(client, keys.wake(token), block)
+                result = ACQUIRE(client, [ctx.keys.lease], self._attempt_args(ctx))
+                outcome = self._step(ctx, result)
+                if outcome is not None:
+                    return outcome
+                block, exact = self._block(ctx)
+                if block:
+                    wait_for_wake(client, ctx.keys.wake(ctx.token), block, exact=exact)
         except RedisError as exc:
             raise self._backend_error("acquire", exc) from exc
         finally:
-            if queued:  # interrupted while queued: step out of the line, pass the turn on
-                self._leave(client, keys, token, record, lease, nonce)
-
-    def _leave(
-        self, client: Any, keys: LockKeys, token: str, record: str, lease: float, nonce: str
-    ) -> None:
-        keys_, args = self._acquire_args(keys, token, record, lease, _LEAVE, 0, nonce)
-        # If Redis cannot hear it, our liveness deadline passes and the queue skips us.
-        with contextlib.suppress(RedisError):
-            ACQUIRE(client, keys_, args)
+            if ctx.queued:  # interrupted while queued: step out of the line, pass the turn on
+                # If Redis cannot hear it, our liveness deadline passes and the queue skips us.
+                with contextlib.suppress(RedisError):
+                    ACQUIRE(client, [ctx.keys.lease], self._attempt_args(ctx, _LEAVE))
 
     def release(self) -> None:
         """Release our acquisition (one level of it, for re-entrant locks).
@@ -497,9 +511,7 @@ class Lock:
         alias, keys = self._alias_and_keys()
         try:
             remaining = RELEASE(
-                get_redis_client(alias),
-                [keys.lease, keys.queue, keys.deadlines],
-                [hold.token, keys.wake_prefix],
+                get_redis_client(alias), [keys.lease], [hold.token, int(self._reentrant)]
             )
         except RedisError as exc:
             if hold.renewal is not None:
@@ -601,46 +613,24 @@ class Lock:
 
     async def aacquire(self, wait: float | None = None) -> bool:
         """``acquire()`` for asyncio: waits without blocking the event loop."""
-        owner = _current_owner()
-        max_wait = self._max_wait(wait)
-        alias, keys, token, lease, renew = self._start(owner)
-        client = get_async_redis_client(alias)
-        record = self._owner_record(owner, lease)
-        nonce = secrets.token_hex(8)
-        cap = _BLOCK_CAP
-        started = time.monotonic()
-        deadline = started + max_wait
-        queued = False
+        ctx = self._begin(wait)
+        client = get_async_redis_client(ctx.alias)
         try:
             while True:
-                remaining = deadline - time.monotonic()
-                mode = _QUEUE if remaining > 0 else (_LEAVE_OR_TAKE if queued else _TRY)
-                keys_, args = self._acquire_args(
-                    keys, token, record, lease, mode, min(remaining, cap) + _LIVENESS_SLACK, nonce
-                )
-                attempt = self._parse(await ACQUIRE.acall(client, keys_, args))
-                if attempt.held:
-                    queued = False
-                    self._acquired(owner, alias, keys, token, attempt, lease, renew, started)
-                    return True
-                if mode != _QUEUE:
-                    queued = False
-                    self._timed_out(attempt, max_wait)
-                    return False
-                if not queued:
-                    queued = True
-                    self._contended(attempt, max_wait)
-                remaining = deadline - time.monotonic()
-                if remaining > 0:
-                    block = self._next_block(attempt, remaining, cap)
-                    await await_wake(client, keys.wake(token), block)
+                result = await ACQUIRE.acall(client, [ctx.keys.lease], self._attempt_args(ctx))
+                outcome = self._step(ctx, result)
+                if outcome is not None:
+                    return outcome
+                block, exact = self._block(ctx)
+                if block:
+                    await await_wake(client, ctx.keys.wake(ctx.token), block, exact=exact)
         except RedisError as exc:
             raise self._backend_error("acquire", exc) from exc
         finally:
-            if queued:
-                keys_, args = self._acquire_args(keys, token, record, lease, _LEAVE, 0, nonce)
+            if ctx.queued:
+                leave = ACQUIRE.acall(client, [ctx.keys.lease], self._attempt_args(ctx, _LEAVE))
                 with contextlib.suppress(RedisError, asyncio.CancelledError):
-                    await asyncio.shield(ACQUIRE.acall(client, keys_, args))
+                    await asyncio.shield(leave)
 
     async def arelease(self) -> None:
         """``release()`` for asyncio."""
@@ -649,9 +639,7 @@ class Lock:
         alias, keys = self._alias_and_keys()
         try:
             remaining = await RELEASE.acall(
-                get_async_redis_client(alias),
-                [keys.lease, keys.queue, keys.deadlines],
-                [hold.token, keys.wake_prefix],
+                get_async_redis_client(alias), [keys.lease], [hold.token, int(self._reentrant)]
             )
         except RedisError as exc:
             if hold.renewal is not None:

@@ -62,6 +62,8 @@ class _Renewer:
         self._condition = threading.Condition()
         self._leases: set[RenewedLease] = set()
         self._thread: threading.Thread | None = None
+        # When the thread will next look (None: it is busy, or waits for a first lease).
+        self._wakes_at: float | None = None
 
     def add(self, lease: RenewedLease) -> None:
         with self._condition:
@@ -71,7 +73,10 @@ class _Renewer:
                     target=self._run, name="django-redis-lock-renewal", daemon=True
                 )
                 self._thread.start()
-            self._condition.notify()
+            # Waking the thread costs more than the whole acquire; only do it when this lease
+            # falls due before the thread would look anyway.
+            if self._wakes_at is None or lease.due < self._wakes_at:
+                self._condition.notify()
 
     def remove(self, lease: RenewedLease) -> None:
         with self._condition:
@@ -87,8 +92,10 @@ class _Renewer:
                     now = time.monotonic()
                     due = [lease for lease in self._leases if lease.due <= now]
                     if due:
+                        self._wakes_at = None
                         break
                     next_due = min((lease.due for lease in self._leases), default=None)
+                    self._wakes_at = next_due
                     self._condition.wait(None if next_due is None else next_due - now)
             by_client: dict[int, list[RenewedLease]] = {}
             for lease in due:

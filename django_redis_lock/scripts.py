@@ -7,8 +7,8 @@ of ``lock-recipes.md``). All keys of one lock share a hash tag, including the pe
 keys the scripts build from ``wake_prefix``, so they work on Redis Cluster.
 
 The lease is a hash: ``token`` (the owner's random token), ``count`` (hold count, for
-re-entrant locks), ``owner`` (JSON owner record for people), ``fence``, ``since`` (server time,
-ms), ``lease`` (ms) and ``nonce`` (makes a retried re-entry idempotent).
+re-entrant locks), ``owner`` (JSON owner record for people), ``since`` (server time, ms), and
+when used ``fence`` and ``nonce`` (makes a retried re-entry idempotent).
 
 Waiting is first come, first served: a waiter that finds the lock taken appends its token to
 the queue list, records a liveness deadline, and blocks (``BLPOP``) on its own wake-up list. A
@@ -87,20 +87,30 @@ def execute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
 
 
 # BLPOP's own timeout is only checked when the server's event loop wakes (every 100 ms on an
-# idle server with the default hz 10), so it can overshoot by that much. The server is given
-# this much longer and the client cuts the wait itself, to the millisecond.
-_SERVER_TIMEOUT_MARGIN = 1.0
+# idle server with the default hz 10), so it can overshoot by that much. When the time matters
+# (the wait ends, or the holder's lease does) the server is given longer and the client cuts the
+# wait itself, to the millisecond, at the price of a new connection next time. Otherwise the
+# server's timeout is used and the client allows it this much lateness.
+_SERVER_LATENESS = 0.5
 
 
-def wait_for_wake(client: Any, key: str, seconds: float) -> bool:
+def _blpop_timeouts(seconds: float, exact: bool) -> tuple[float, float]:
+    """(timeout sent to the server, time the client waits for the reply)."""
+    if exact:
+        return seconds + 1.0, seconds
+    return seconds, seconds + _SERVER_LATENESS
+
+
+def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> bool:
     """Block until something is pushed on ``key`` (True) or ``seconds`` pass (False)."""
+    server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
     pool = getattr(client, "connection_pool", None)
     if pool is None:
         return execute(client, "BLPOP", key, seconds) is not None
     connection = pool.get_connection()
     try:
-        connection.send_command("BLPOP", key, seconds + _SERVER_TIMEOUT_MARGIN)
-        if connection.can_read(timeout=seconds):
+        connection.send_command("BLPOP", key, server_timeout)
+        if connection.can_read(timeout=client_timeout):
             return connection.read_response() is not None
         # Still blocked server-side: drop the connection rather than wait for the reply. A
         # wake-up popped just now is not lost: the caller asks the queue again either way.
@@ -113,14 +123,15 @@ def wait_for_wake(client: Any, key: str, seconds: float) -> bool:
         pool.release(connection)
 
 
-async def await_wake(client: Any, key: str, seconds: float) -> bool:
+async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> bool:
     """:func:`wait_for_wake` for a ``redis.asyncio`` client."""
+    server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
     pool = client.connection_pool
     connection = await pool.get_connection()
     try:
-        await connection.send_command("BLPOP", key, seconds + _SERVER_TIMEOUT_MARGIN)
+        await connection.send_command("BLPOP", key, server_timeout)
         try:
-            reply = await asyncio.wait_for(connection.read_response(), seconds)
+            reply = await asyncio.wait_for(connection.read_response(), client_timeout)
         except asyncio.TimeoutError:
             await connection.disconnect()
             return False
@@ -171,16 +182,26 @@ class Script:
             return await aexecute(client, "EVALSHA", self.sha, len(keys), *keys, *args)
 
 
-_NOW = """
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+# All scripts get the lease key as their one declared key and name its siblings from it (they
+# share its hash tag, so its Cluster slot): fewer arguments to send and to unpack per call.
+_SIBLINGS = """
+local lease_key = KEYS[1]
+local queue, deadlines = lease_key .. ':q', lease_key .. ':d'
+local wake_prefix = lease_key .. ':w:'
+local clock
+local function now_ms()
+  clock = clock or redis.call('TIME')
+  return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+end
 """
 
 # Skip waiters whose liveness deadline passed (they died or left without saying so), then
 # wake the first live one. Used on release, and when a woken waiter leaves without the lock.
 _WAKE_NEXT = """
-local function wake_next(queue, deadlines, wake_prefix, now)
+local function wake_next()
   local head = redis.call('LINDEX', queue, 0)
+  if not head then return end
+  local now = now_ms()
   while head do
     local alive = tonumber(redis.call('HGET', deadlines, head) or '0')
     if alive >= now then
@@ -196,111 +217,119 @@ local function wake_next(queue, deadlines, wake_prefix, now)
 end
 """
 
-# KEYS: lease, queue, deadlines, fence
-# ARGV: token, lease_ms, owner_json, fencing (0/1), mode, liveness_ms, reentrant (0/1), nonce,
-#       wake_prefix
+# The queue keys outlive every waiter's liveness deadline (at most _BLOCK_CAP + slack = 3 s).
+QUEUE_TTL_MS = 5000
+
+# KEYS: lease
+# ARGV: token, lease_ms, owner_json, mode, flags, liveness_ms, nonce
 #   mode 0: try once; 1: on failure join (or stay in) the queue; 2: on failure leave the queue;
 #   3: leave the queue without trying
-# Returns {1, fence, count, since_ms} when held, {0, wait_hint_ms, owner_json|false} when not.
+#   flags: 'f' fencing, 'r' re-entrant, 'o' return the holder's owner record on failure
+# Returns {1, fence} when held, {0, wait_hint_ms, owner_json|false} when not.
 ACQUIRE = Script(
     "acquire",
-    _NOW
+    _SIBLINGS
     + _WAKE_NEXT
     + """
-local lease_key, queue, deadlines, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, lease, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local fencing, mode, liveness = ARGV[4] == '1', tonumber(ARGV[5]), tonumber(ARGV[6])
-local reentrant, nonce, wake_prefix = ARGV[7] == '1', ARGV[8], ARGV[9]
-
+local token, mode, flags = ARGV[1], tonumber(ARGV[4]), ARGV[5]
 local holder = redis.call('HGET', lease_key, 'token')
+
 if mode == 3 then
   -- Leave the queue without the lock (the waiter was interrupted), passing the turn on.
   redis.call('LREM', queue, 0, token)
   redis.call('HDEL', deadlines, token)
   redis.call('DEL', wake_prefix .. token)
-  if not holder then wake_next(queue, deadlines, wake_prefix, now) end
+  if not holder then wake_next() end
   return {0, 0, false}
 end
+
+local lease = tonumber(ARGV[2])
 if holder == token then
   -- Ours already: a re-entry, or a retried request whose first attempt got through.
-  if reentrant and redis.call('HGET', lease_key, 'nonce') ~= nonce then
+  if string.find(flags, 'r', 1, true) and redis.call('HGET', lease_key, 'nonce') ~= ARGV[7] then
     redis.call('HINCRBY', lease_key, 'count', 1)
-    redis.call('HSET', lease_key, 'nonce', nonce)
-    if redis.call('PTTL', lease_key) < lease then
-      redis.call('PEXPIRE', lease_key, lease)
-      redis.call('HSET', lease_key, 'lease', lease)
-    end
+    redis.call('HSET', lease_key, 'nonce', ARGV[7])
+    if redis.call('PTTL', lease_key) < lease then redis.call('PEXPIRE', lease_key, lease) end
   end
-  local record = redis.call('HMGET', lease_key, 'fence', 'count', 'since')
-  return {1, tonumber(record[1]), tonumber(record[2]), tonumber(record[3])}
+  return {1, tonumber(redis.call('HGET', lease_key, 'fence') or '0')}
 end
 
 local wait_hint
 if not holder then
   local head = redis.call('LINDEX', queue, 0)
   while head and head ~= token do
-    if tonumber(redis.call('HGET', deadlines, head) or '0') >= now then break end
+    if tonumber(redis.call('HGET', deadlines, head) or '0') >= now_ms() then break end
     redis.call('LPOP', queue)
     redis.call('HDEL', deadlines, head)
     head = redis.call('LINDEX', queue, 0)
   end
   if (not head) or head == token then
-    if head then
-      redis.call('LPOP', queue)
-      redis.call('HDEL', deadlines, token)
-    end
+    local now = now_ms()
+    redis.call('HSET', lease_key, 'token', token, 'count', 1, 'owner', ARGV[3], 'since', now)
     local fence = 0
-    if fencing then
+    if string.find(flags, 'f', 1, true) then
+      local fence_key = lease_key .. ':f'
       local micros = now * 1000 + tonumber(clock[2]) % 1000
       fence = math.max(tonumber(redis.call('GET', fence_key) or '0') + 1, micros)
       redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', """
     + str(FENCE_TTL_MS)
     + """)
+      redis.call('HSET', lease_key, 'fence', string.format('%.0f', fence))
     end
-    redis.call('HSET', lease_key, 'token', token, 'count', 1, 'owner', owner,
-               'fence', string.format('%.0f', fence), 'since', now, 'lease', lease,
-               'nonce', nonce)
+    if string.find(flags, 'r', 1, true) then redis.call('HSET', lease_key, 'nonce', ARGV[7]) end
     redis.call('PEXPIRE', lease_key, lease)
-    redis.call('DEL', wake_prefix .. token)
-    return {1, fence, 1, now}
+    if head then
+      redis.call('LPOP', queue)
+      redis.call('HDEL', deadlines, token)
+      redis.call('DEL', wake_prefix .. token)
+    end
+    return {1, fence}
   end
   -- Free, but a live waiter is ahead of us: it has been woken and is on its way.
-  wait_hint = tonumber(redis.call('HGET', deadlines, head)) - now
+  wait_hint = tonumber(redis.call('HGET', deadlines, head)) - now_ms()
 else
   wait_hint = redis.call('PTTL', lease_key)
 end
 
 if mode == 1 then
-  if redis.call('HSET', deadlines, token, now + liveness) == 1 then
+  if redis.call('HSET', deadlines, token, now_ms() + tonumber(ARGV[6])) == 1 then
     redis.call('RPUSH', queue, token)
   end
-  -- The queue lives only as long as one of its waiters may still be alive.
-  local keep = liveness + 1000
-  if redis.call('PTTL', queue) < keep then redis.call('PEXPIRE', queue, keep) end
-  if redis.call('PTTL', deadlines) < keep then redis.call('PEXPIRE', deadlines, keep) end
+  redis.call('PEXPIRE', queue, """
+    + str(QUEUE_TTL_MS)
+    + """)
+  redis.call('PEXPIRE', deadlines, """
+    + str(QUEUE_TTL_MS)
+    + """)
 elseif mode == 2 then
   redis.call('LREM', queue, 0, token)
   redis.call('HDEL', deadlines, token)
   redis.call('DEL', wake_prefix .. token)
   -- We may have been woken for a free lock we now decline: pass the turn on.
-  if not holder then wake_next(queue, deadlines, wake_prefix, now) end
+  if not holder then wake_next() end
 end
-return {0, wait_hint, redis.call('HGET', lease_key, 'owner') or false}
+local owner = false
+if string.find(flags, 'o', 1, true) then
+  owner = redis.call('HGET', lease_key, 'owner') or false
+end
+return {0, wait_hint, owner}
 """,
 )
 
-# KEYS: lease, queue, deadlines   ARGV: token, wake_prefix
+# KEYS: lease   ARGV: token, re-entrant (0/1)
 # Returns the hold count left (0: released), or -1 when the lease is not ours.
 RELEASE = Script(
     "release",
-    _NOW
+    _SIBLINGS
     + _WAKE_NEXT
     + """
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return -1 end
-local count = redis.call('HINCRBY', KEYS[1], 'count', -1)
-if count > 0 then return count end
-redis.call('DEL', KEYS[1])
-wake_next(KEYS[2], KEYS[3], ARGV[2], now)
+if redis.call('HGET', lease_key, 'token') ~= ARGV[1] then return -1 end
+if ARGV[2] == '1' then
+  local count = redis.call('HINCRBY', lease_key, 'count', -1)
+  if count > 0 then return count end
+end
+redis.call('DEL', lease_key)
+wake_next()
 return 0
 """,
 )
@@ -312,21 +341,20 @@ EXTEND = Script(
     """
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('HSET', KEYS[1], 'lease', ARGV[2])
 return 1
 """,
 )
 
-# KEYS: lease, queue, deadlines   ARGV: token, wake_prefix
+# KEYS: lease   ARGV: token
 # Deletes the lease whatever its hold count, only if it still has the token an operator saw.
 FORCE_RELEASE = Script(
     "force_release",
-    _NOW
+    _SIBLINGS
     + _WAKE_NEXT
     + """
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-wake_next(KEYS[2], KEYS[3], ARGV[2], now)
+if redis.call('HGET', lease_key, 'token') ~= ARGV[1] then return 0 end
+redis.call('DEL', lease_key)
+wake_next()
 return 1
 """,
 )

@@ -50,8 +50,8 @@ def test_no_lost_wake_ups(monkeypatch, redis_client):
     timeouts = []
     original = scripts_module.wait_for_wake
 
-    def counting(client, key, seconds):
-        woken = original(client, key, seconds)
+    def counting(client, key, seconds, **kwargs):
+        woken = original(client, key, seconds, **kwargs)
         if not woken:
             timeouts.append(key)
         return woken
