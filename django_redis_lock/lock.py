@@ -77,10 +77,10 @@ def _seconds(value: Any, what: str, *, allow_zero: bool, allow_inf: bool) -> flo
 
 def _current_owner() -> object:
     """The asyncio task running this code, else the current thread: who holds an acquisition."""
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:
-        task = None
+    # _get_running_loop, not current_task(): outside a loop that raises, and raising on every
+    # sync acquire and release is a measurable share of their cost.
+    loop = asyncio._get_running_loop()
+    task = asyncio.current_task(loop) if loop is not None else None
     return task if task is not None else threading.current_thread()
 
 
@@ -128,6 +128,17 @@ class _Hold:
     count: int = 1
     renewal: RenewedLease | None = None
     lost_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """What a Lock takes from the settings, on first use."""
+
+    alias: str
+    keys: LockKeys
+    lease: float
+    renew: bool
+    wait: float
 
 
 @dataclass
@@ -208,7 +219,7 @@ class Lock:
         self._fencing = fencing
         self._label = label
         self._using = using
-        self._resolved: tuple[str, LockKeys] | None = None
+        self._resolved: _Resolved | None = None
         self._holds: weakref.WeakKeyDictionary[object, _Hold] = weakref.WeakKeyDictionary()
         self._state = threading.Lock()
         self._last_attempt: _Attempt | None = None
@@ -251,22 +262,31 @@ class Lock:
     def _hold(self) -> _Hold | None:
         return self._holds.get(_current_owner())
 
-    def _alias_and_keys(self) -> tuple[str, LockKeys]:
+    def _resolve(self) -> _Resolved:
+        # Settings are read once, when the Lock is first used (then they are fixed for it).
         if self._resolved is None:
             alias = self._using or lock_settings.CACHE_ALIAS
-            self._resolved = (alias, lock_keys(self._name, alias))
+            if self._timeout is None:
+                lease = lock_settings.TIMEOUT
+                renew = lock_settings.AUTO_RENEW if self._auto_renew is None else self._auto_renew
+            else:
+                lease, renew = self._timeout, bool(self._auto_renew)
+            wait = self._wait if self._wait is not None else lock_settings.WAIT
+            self._resolved = _Resolved(alias, lock_keys(self._name, alias), lease, renew, wait)
         return self._resolved
 
+    def _alias_and_keys(self) -> tuple[str, LockKeys]:
+        resolved = self._resolve()
+        return resolved.alias, resolved.keys
+
     def _lease(self) -> tuple[float, bool]:
-        if self._timeout is None:
-            renew = lock_settings.AUTO_RENEW if self._auto_renew is None else self._auto_renew
-            return lock_settings.TIMEOUT, renew
-        return self._timeout, bool(self._auto_renew)
+        resolved = self._resolve()
+        return resolved.lease, resolved.renew
 
     def _max_wait(self, wait: float | None) -> float:
         if wait is not None:
             return _seconds(wait, "wait", allow_zero=True, allow_inf=True)
-        return self._wait if self._wait is not None else lock_settings.WAIT
+        return self._resolve().wait
 
     def _owner_record(self, owner: object, lease: float) -> str:
         pid = os.getpid()
