@@ -165,6 +165,7 @@ class _Acquisition:
     started: float
     deadline: float
     mode: int = _TRY
+    sent_at: float = 0.0  # when the latest ACQUIRE went out: a lease it granted ends after
     queued: bool = False
     wait_hint: float = 0.0
     first_failure: _Attempt | None = None
@@ -334,7 +335,8 @@ class Lock:
 
     def _attempt_args(self, ctx: _Acquisition, mode: int | None = None) -> list[Any]:
         """Arguments of the next ACQUIRE call; decides its mode from the time left."""
-        remaining = ctx.deadline - time.monotonic()
+        ctx.sent_at = time.monotonic()
+        remaining = ctx.deadline - ctx.sent_at
         if mode is None:
             mode = _QUEUE if remaining > 0 else (_LEAVE_OR_TAKE if ctx.queued else _TRY)
         ctx.mode = mode
@@ -396,7 +398,7 @@ class Lock:
                         lease=lease,
                         on_lost=functools.partial(self._report_lost, hold),
                     )
-                    hold.renewal.confirmed(started)
+                    hold.renewal.confirmed(ctx.sent_at)
                     renewer.add(hold.renewal)
                 self._holds[owner] = hold
         if self._reentrant:
@@ -445,22 +447,26 @@ class Lock:
             hold.count -= 1
             last = hold.count <= 0
         if last:
-            self._forget(owner, keys, hold)
+            # Another Lock object of this owner may still hold a level of a re-entrant lock:
+            # the owner's token is forgotten only when Redis says the last level is gone.
+            self._forget(owner, keys, hold, owner_done=remaining == 0)
             held = time.monotonic() - hold.acquired_at
             logger.debug("Released lock %r after %.3fs", self._name, held)
             signals.lock_released.send(
                 sender=Lock, lock=self, name=self._name, label=self._label, held=held
             )
-        if remaining == 0 and self._reentrant:
+        elif remaining == 0 and self._reentrant:
             _reentrant_tokens.forget(owner, keys.lease, hold.token)
 
-    def _forget(self, owner: object, keys: LockKeys, hold: _Hold) -> None:
+    def _forget(
+        self, owner: object, keys: LockKeys, hold: _Hold, *, owner_done: bool = True
+    ) -> None:
         if hold.renewal is not None:
             renewer.remove(hold.renewal)
         with self._state:
             if self._holds.get(owner) is hold:
                 del self._holds[owner]
-        if self._reentrant:
+        if self._reentrant and owner_done:
             _reentrant_tokens.forget(owner, keys.lease, hold.token)
 
     def _report_lost(self, hold: _Hold, reason: str) -> None:

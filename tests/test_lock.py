@@ -161,6 +161,20 @@ def test_reentrant_across_lock_objects(redis_client):
     assert not redis_client.exists(lease_key("row:1"))
 
 
+def test_reentrant_levels_released_out_of_order(redis_client):
+    first = Lock("row:2", timeout=10, reentrant=True)
+    second = Lock("row:2", timeout=10, reentrant=True)
+    first.acquire()
+    second.acquire()
+    first.release()  # the outer level goes first; the owner still holds one level
+    third = Lock("row:2", timeout=10, reentrant=True)
+    assert third.acquire(wait=0)  # a re-entry, not a wait on ourselves
+    assert int(redis_client.hget(lease_key("row:2"), "count")) == 2
+    second.release()
+    third.release()
+    assert not redis_client.exists(lease_key("row:2"))
+
+
 def test_extend(redis_client):
     with Lock("ext", timeout=2) as held:
         held.extend(30)
