@@ -167,6 +167,7 @@ class _Acquisition:
     mode: int = _TRY
     sent_at: float = 0.0  # when the latest ACQUIRE went out: a lease it granted ends after
     queued: bool = False
+    stale_wake: bool = False  # a block timed out: a late wake-up may be waiting in Redis
     wait_hint: float = 0.0
     first_failure: _Attempt | None = None
 
@@ -340,11 +341,21 @@ class Lock:
         if mode is None:
             mode = _QUEUE if remaining > 0 else (_LEAVE_OR_TAKE if ctx.queued else _TRY)
         ctx.mode = mode
-        # The holder's owner record is only needed to report a contention or a failure.
-        flags = self._flags if (mode == _QUEUE and ctx.queued) else self._flags + "o"
+        flags = self._flags
+        # The holder's owner record is only worth its bytes to report a contention (when
+        # someone listens) or a failure.
+        if mode != _QUEUE or (not ctx.queued and self._contention_observed()):
+            flags += "o"
+        # A wake-up list is only left behind when a block ended without its wake-up.
+        if ctx.stale_wake:
+            flags += "w"
         liveness = min(max(remaining, 0), _BLOCK_CAP) + _LIVENESS_SLACK
         lease_ms = max(1, int(ctx.lease * 1000))
         return [ctx.token, lease_ms, ctx.record, mode, flags, int(liveness * 1000), ctx.nonce]
+
+    @staticmethod
+    def _contention_observed() -> bool:
+        return logger.isEnabledFor(logging.INFO) or signals.lock_contended.has_listeners(Lock)
 
     def _step(self, ctx: _Acquisition, result: list[Any]) -> bool | None:
         """Digest one ACQUIRE answer: True (held), False (gave up) or None (wait on)."""
@@ -515,7 +526,8 @@ class Lock:
                     return outcome
                 block, exact = self._block(ctx)
                 if block:
-                    wait_for_wake(client, ctx.keys.wake(ctx.token), block, exact=exact)
+                    woken = wait_for_wake(client, ctx.keys.wake(ctx.token), block, exact=exact)
+                    ctx.stale_wake = ctx.stale_wake or not woken
         except RedisError as exc:
             raise self._backend_error("acquire", exc) from exc
         finally:
@@ -649,7 +661,8 @@ class Lock:
                     return outcome
                 block, exact = self._block(ctx)
                 if block:
-                    await await_wake(client, ctx.keys.wake(ctx.token), block, exact=exact)
+                    woken = await await_wake(client, ctx.keys.wake(ctx.token), block, exact=exact)
+                    ctx.stale_wake = ctx.stale_wake or not woken
         except RedisError as exc:
             raise self._backend_error("acquire", exc) from exc
         finally:

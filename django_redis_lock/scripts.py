@@ -247,7 +247,8 @@ QUEUE_TTL_MS = 5000
 # ARGV: token, lease_ms, owner_json, mode, flags, liveness_ms, nonce
 #   mode 0: try once; 1: on failure join (or stay in) the queue; 2: on failure leave the queue;
 #   3: leave the queue without trying
-#   flags: 'f' fencing, 'r' re-entrant, 'o' return the holder's owner record on failure
+#   flags: 'f' fencing, 'r' re-entrant, 'o' return the holder's owner record on failure,
+#          'w' a wake-up may be left on our list (delete it when we take the lock)
 # Returns {1, fence} when held, {0, wait_hint_ms, owner_json|false} when not.
 ACQUIRE = Script(
     "acquire",
@@ -304,7 +305,7 @@ if not holder then
     if head then
       redis.call('LPOP', queue)
       redis.call('HDEL', deadlines, token)
-      redis.call('DEL', wake_prefix .. token)
+      if string.find(flags, 'w', 1, true) then redis.call('DEL', wake_prefix .. token) end
     end
     return {1, fence}
   end
