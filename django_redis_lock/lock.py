@@ -225,7 +225,9 @@ class Lock:
         self._holds: weakref.WeakKeyDictionary[object, _Hold] = weakref.WeakKeyDictionary()
         self._state = threading.Lock()
         self._last_attempt: _Attempt | None = None
-        self._record_prefix: tuple[int, str] | None = None
+        self._records: weakref.WeakKeyDictionary[object, tuple[tuple[Any, ...], str]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._flags = ("f" if fencing else "") + ("r" if reentrant else "")
 
     def __repr__(self) -> str:
@@ -291,12 +293,20 @@ class Lock:
         return self._resolve().wait
 
     def _owner_record(self, owner: object, lease: float) -> str:
-        pid = os.getpid()
-        if self._record_prefix is None or self._record_prefix[0] != pid:  # forked: new pid
-            static = {"name": self._name, "label": self._label, "host": _HOST, "pid": pid}
-            self._record_prefix = (pid, json.dumps(static, separators=(",", ":"))[:-1])
-        dynamic = json.dumps({**_owner_description(owner), "lease": lease}, separators=(",", ":"))
-        return f"{self._record_prefix[1]},{dynamic[1:]}"
+        # Built once per process, owner and lease: it is the same for every acquisition a
+        # long-lived Lock object makes from one thread (a thread may be renamed: checked too).
+        described = _owner_description(owner)
+        key = (os.getpid(), tuple(described.values()), lease)
+        cached = self._records.get(owner)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        record = json.dumps(
+            {"name": self._name, "label": self._label, "host": _HOST, "pid": key[0],
+             **described, "lease": lease},
+            separators=(",", ":"),
+        )  # fmt: skip
+        self._records[owner] = (key, record)
+        return record
 
     def _backend_error(self, action: str, exc: RedisError) -> LockBackendError:
         return LockBackendError(
@@ -355,7 +365,9 @@ class Lock:
 
     @staticmethod
     def _contention_observed() -> bool:
-        return logger.isEnabledFor(logging.INFO) or signals.lock_contended.has_listeners(Lock)
+        # `receivers`, not has_listeners(): this runs on every first attempt, and only a cheap
+        # "maybe" is needed (a stale weak receiver costs one HGET).
+        return bool(signals.lock_contended.receivers) or logger.isEnabledFor(logging.INFO)
 
     def _step(self, ctx: _Acquisition, result: list[Any]) -> bool | None:
         """Digest one ACQUIRE answer: True (held), False (gave up) or None (wait on)."""

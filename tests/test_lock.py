@@ -467,3 +467,33 @@ def test_r11_every_acquisition_has_its_own_random_token(redis_client):
             tokens.add(held.token)
             assert int(held.token, 16).bit_length() > 100  # 128 random bits, hex
     assert len(tokens) == 1000
+
+
+# -- connections -----------------------------------------------------------------------------
+
+
+def test_a_wait_longer_than_the_socket_timeout_does_not_time_out(settings, redis_url):
+    settings.CACHES = django_redis_caches(redis_url, SOCKET_TIMEOUT=0.2)
+    holder = Lock("long-wait", timeout=0.8)  # not released: the waiter gets it at expiry
+    holder.acquire()
+    waiter = Lock("long-wait", timeout=5)
+    assert in_thread(lambda: waiter.acquire(wait=5))  # blocks > 0.2 s without TimeoutError
+
+
+def test_failed_release_keeps_the_token_for_a_retry(settings, redis_server_factory):
+    from django_redis_lock import LockBackendError
+
+    # An append-only file written on every command: the lease survives a crash and restart.
+    server = redis_server_factory(args=["--appendonly", "yes", "--appendfsync", "always"])
+    settings.CACHES = django_redis_caches(server.url, SOCKET_CONNECT_TIMEOUT=0.5)
+    lock = Lock("retry-release", timeout=30)
+    lock.acquire()
+    token = lock.token
+    server.kill()
+    with pytest.raises(LockBackendError):
+        lock.release()
+    assert lock.token == token  # kept: the release can be tried again
+    server.start()
+    lock.release()
+    assert lock.token is None
+    assert not redis.Redis.from_url(server.url).exists(lease_key("retry-release"))
