@@ -28,6 +28,7 @@ import socket
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from numbers import Real
 from types import TracebackType
@@ -41,7 +42,7 @@ from .connection import get_async_redis_client, get_redis_client
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .keys import LockKeys, lock_keys
 from .renewal import RenewedLease, renewer
-from .scripts import ACQUIRE, EXTEND, RELEASE, await_wake, execute, wait_for_wake
+from .scripts import ACQUIRE, EXTEND, RELEASE, Script, await_wake, execute, wait_for_wake
 
 __all__ = ["Lock"]
 
@@ -147,6 +148,35 @@ class _Attempt:
 
     wait_hint: float = 0.0  # seconds until it is worth looking again
     owner: dict[str, Any] | None = None
+
+
+@dataclass(eq=False)
+class _Call:
+    """One script call of release or extend, runnable sync or async: the I/O is the only
+    difference, so what surrounds it is written once."""
+
+    script: Script
+    alias: str
+    keys: list[str]
+    args: list[Any]
+    done: Callable[[Any], Any]
+    failed: Callable[[RedisError], LockBackendError]
+
+    def run(self) -> Any:
+        try:
+            result = self.script(get_redis_client(self.alias), self.keys, self.args)
+        except RedisError as exc:
+            raise self.failed(exc) from exc
+        return self.done(result)
+
+    async def arun(self) -> Any:
+        try:
+            result = await self.script.acall(
+                get_async_redis_client(self.alias), self.keys, self.args
+            )
+        except RedisError as exc:
+            raise self.failed(exc) from exc
+        return self.done(result)
 
 
 @dataclass(eq=False)
@@ -556,45 +586,59 @@ class Lock:
         connection error raises ``LockBackendError`` and keeps the token, so that ``release()``
         can be retried; renewal stops, so an unreleased lease ends by itself.
         """
-        owner = _current_owner()
-        hold = self._held_or_raise(owner)
-        alias, keys = self._alias_and_keys()
-        try:
-            remaining = RELEASE(
-                get_redis_client(alias), [keys.lease], [hold.token, int(self._reentrant)]
-            )
-        except RedisError as exc:
-            if hold.renewal is not None:
-                renewer.remove(hold.renewal)
-            raise self._backend_error("release", exc) from exc
-        self._released(owner, keys, hold, int(remaining))
+        self._release_call().run()
 
     def extend(self, seconds: float | None = None) -> None:
         """Make our lease end ``seconds`` from now (default: the lock's lease length)."""
+        self._extend_call(seconds).run()
+
+    def _release_call(self) -> _Call:
         owner = _current_owner()
         hold = self._held_or_raise(owner)
-        lease = self._lease()[0] if seconds is None else _seconds(
-            seconds, "seconds", allow_zero=False, allow_inf=False
-        )  # fmt: skip
+        alias, keys = self._alias_and_keys()
+
+        def failed(exc: RedisError) -> LockBackendError:
+            if hold.renewal is not None:
+                renewer.remove(hold.renewal)
+            return self._backend_error("release", exc)
+
+        return _Call(
+            RELEASE,
+            alias,
+            [keys.lease],
+            [hold.token, int(self._reentrant)],
+            done=lambda remaining: self._released(owner, keys, hold, int(remaining)),
+            failed=failed,
+        )
+
+    def _extend_call(self, seconds: float | None) -> _Call:
+        owner = _current_owner()
+        hold = self._held_or_raise(owner)
+        if seconds is None:
+            lease = self._lease()[0]
+        else:
+            lease = _seconds(seconds, "seconds", allow_zero=False, allow_inf=False)
         alias, keys = self._alias_and_keys()
         started = time.monotonic()
-        try:
-            ok = EXTEND(get_redis_client(alias), [keys.lease], [hold.token, int(lease * 1000)])
-        except RedisError as exc:
-            raise self._backend_error("extend", exc) from exc
-        self._extended(owner, keys, hold, bool(ok), started, lease)
 
-    def _extended(
-        self, owner: object, keys: LockKeys, hold: _Hold, ok: bool, started: float, lease: float
-    ) -> None:
-        if not ok:
-            self._forget(owner, keys, hold)
-            self._report_lost(hold, "its lease had ended before it was extended")
-            raise LockNotOwned(
-                f"Lock {self._name!r} was no longer ours to extend.", name=self._name
-            )
-        if hold.renewal is not None:
-            hold.renewal.confirmed(started, lease)
+        def done(ok: Any) -> None:
+            if not ok:
+                self._forget(owner, keys, hold)
+                self._report_lost(hold, "its lease had ended before it was extended")
+                raise LockNotOwned(
+                    f"Lock {self._name!r} was no longer ours to extend.", name=self._name
+                )
+            if hold.renewal is not None:
+                hold.renewal.confirmed(started, lease)
+
+        return _Call(
+            EXTEND,
+            alias,
+            [keys.lease],
+            [hold.token, int(lease * 1000)],
+            done=done,
+            failed=lambda exc: self._backend_error("extend", exc),
+        )
 
     def locked(self) -> bool:
         """Whether anyone holds the lock right now."""
@@ -651,13 +695,17 @@ class Lock:
         hold = self._hold()
         try:
             self.release()
-        except LockNotOwned as not_owned:
-            if exc is None and hold is not None:
-                raise self._lost_error(hold) from not_owned
-        except LockBackendError:
-            if exc is None:
-                raise
+        except (LockNotOwned, LockBackendError) as error:
+            self._exit_error(hold, exc, error)
+
+    def _exit_error(self, hold: _Hold | None, exc: BaseException | None, error: LockError) -> None:
+        """A release at the end of a ``with`` block failed: say so without hiding ``exc``."""
+        if exc is not None:
             logger.exception("Could not release lock %r after an error", self._name)
+        elif isinstance(error, LockNotOwned) and hold is not None:
+            raise self._lost_error(hold) from error
+        else:
+            raise error
 
     # -- asynchronous API ----------------------------------------------------------------------
 
@@ -685,35 +733,11 @@ class Lock:
 
     async def arelease(self) -> None:
         """``release()`` for asyncio."""
-        owner = _current_owner()
-        hold = self._held_or_raise(owner)
-        alias, keys = self._alias_and_keys()
-        try:
-            remaining = await RELEASE.acall(
-                get_async_redis_client(alias), [keys.lease], [hold.token, int(self._reentrant)]
-            )
-        except RedisError as exc:
-            if hold.renewal is not None:
-                renewer.remove(hold.renewal)
-            raise self._backend_error("release", exc) from exc
-        self._released(owner, keys, hold, int(remaining))
+        await self._release_call().arun()
 
     async def aextend(self, seconds: float | None = None) -> None:
         """``extend()`` for asyncio."""
-        owner = _current_owner()
-        hold = self._held_or_raise(owner)
-        lease = self._lease()[0] if seconds is None else _seconds(
-            seconds, "seconds", allow_zero=False, allow_inf=False
-        )  # fmt: skip
-        alias, keys = self._alias_and_keys()
-        started = time.monotonic()
-        try:
-            ok = await EXTEND.acall(
-                get_async_redis_client(alias), [keys.lease], [hold.token, int(lease * 1000)]
-            )
-        except RedisError as exc:
-            raise self._backend_error("extend", exc) from exc
-        self._extended(owner, keys, hold, bool(ok), started, lease)
+        await self._extend_call(seconds).arun()
 
     async def __aenter__(self) -> Lock:
         if not await self.aacquire():
@@ -729,10 +753,5 @@ class Lock:
         hold = self._hold()
         try:
             await self.arelease()
-        except LockNotOwned as not_owned:
-            if exc is None and hold is not None:
-                raise self._lost_error(hold) from not_owned
-        except LockBackendError:
-            if exc is None:
-                raise
-            logger.exception("Could not release lock %r after an error", self._name)
+        except (LockNotOwned, LockBackendError) as error:
+            self._exit_error(hold, exc, error)
