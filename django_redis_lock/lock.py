@@ -199,7 +199,7 @@ class _Acquisition:
     queued: bool = False
     stale_wake: bool = False  # a block timed out: a late wake-up may be waiting in Redis
     wait_hint: float = 0.0
-    first_failure: _Attempt | None = None
+    failure: _Attempt | None = None  # what the holder looked like when we could not get in
 
 
 class Lock:
@@ -254,7 +254,6 @@ class Lock:
         self._resolved: _Resolved | None = None
         self._holds: weakref.WeakKeyDictionary[object, _Hold] = weakref.WeakKeyDictionary()
         self._state = threading.Lock()
-        self._last_attempt: _Attempt | None = None
         self._records: weakref.WeakKeyDictionary[object, tuple[tuple[Any, ...], str]] = (
             weakref.WeakKeyDictionary()
         )
@@ -413,11 +412,14 @@ class Lock:
         attempt = _Attempt(wait_hint=max(0, int(result[1])) / 1000, owner=owner)
         if ctx.mode != _QUEUE:
             ctx.queued = False
-            self._timed_out(attempt if owner else ctx.first_failure or attempt, ctx.max_wait)
+            # Free but promised to a waiter, the lock has no owner record: the first one seen.
+            ctx.failure = attempt if owner or ctx.failure is None else ctx.failure
+            if ctx.max_wait > 0:
+                logger.warning("Gave up on lock %r after waiting %ss", self._name, ctx.max_wait)
             return False
         if not ctx.queued:
             ctx.queued = True
-            ctx.first_failure = attempt
+            ctx.failure = attempt
             self._contended(attempt, ctx.max_wait)
         ctx.wait_hint = attempt.wait_hint
         return None
@@ -473,18 +475,13 @@ class Lock:
             sender=Lock, lock=self, name=self._name, label=self._label, owner=attempt.owner
         )
 
-    def _timed_out(self, attempt: _Attempt | None, wait: float) -> None:
-        self._last_attempt = attempt
-        if wait > 0:
-            logger.warning("Gave up on lock %r after waiting %ss", self._name, wait)
-
-    def _not_acquired(self, wait: float) -> LockNotAcquired:
-        attempt = self._last_attempt
+    def _not_acquired(self, ctx: _Acquisition) -> LockNotAcquired:
+        attempt = ctx.failure
         return LockNotAcquired(
             self._name,
             ttl=attempt.wait_hint if attempt else None,
             owner=attempt.owner if attempt else None,
-            waited=wait,
+            waited=ctx.max_wait,
         )
 
     def _released(self, owner: object, keys: LockKeys, hold: _Hold, remaining: int) -> None:
@@ -558,7 +555,9 @@ class Lock:
 
     def acquire(self, wait: float | None = None) -> bool:
         """Take the lock, waiting up to ``wait`` seconds; True when taken, False when not."""
-        ctx = self._begin(wait)
+        return self._acquire(self._begin(wait))
+
+    def _acquire(self, ctx: _Acquisition) -> bool:
         client = get_redis_client(ctx.alias)
         try:
             while True:
@@ -682,8 +681,9 @@ class Lock:
             raise self._lost_error(hold)
 
     def __enter__(self) -> Lock:
-        if not self.acquire():
-            raise self._not_acquired(self._max_wait(None))
+        ctx = self._begin(None)
+        if not self._acquire(ctx):
+            raise self._not_acquired(ctx)
         return self
 
     def __exit__(
@@ -711,7 +711,9 @@ class Lock:
 
     async def aacquire(self, wait: float | None = None) -> bool:
         """``acquire()`` for asyncio: waits without blocking the event loop."""
-        ctx = self._begin(wait)
+        return await self._aacquire(self._begin(wait))
+
+    async def _aacquire(self, ctx: _Acquisition) -> bool:
         client = get_async_redis_client(ctx.alias)
         try:
             while True:
@@ -740,8 +742,9 @@ class Lock:
         await self._extend_call(seconds).arun()
 
     async def __aenter__(self) -> Lock:
-        if not await self.aacquire():
-            raise self._not_acquired(self._max_wait(None))
+        ctx = self._begin(None)
+        if not await self._aacquire(ctx):
+            raise self._not_acquired(ctx)
         return self
 
     async def __aexit__(
