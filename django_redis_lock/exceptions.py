@@ -8,6 +8,7 @@ while leaving programming errors (``TypeError``, ``ValueError``) and configurati
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 __all__ = [
@@ -31,8 +32,9 @@ class LockNotAcquired(LockError):
     """The wait ran out while someone else held the lock.
 
     ``ttl`` is how many seconds the holder's lease had left when we gave up (``None`` if
-    unknown), and ``owner`` the holder's owner record (host, pid, label, ...), so the message
-    can say who is in the way instead of just "timeout".
+    unknown), and ``owner`` the holder's owner record (host, pid, thread, label, and
+    ``acquired_at``: seconds since the epoch by the Redis server's clock), so the message can
+    say who is in the way instead of just "timeout".
     """
 
     def __init__(
@@ -60,6 +62,9 @@ class LockNotAcquired(LockError):
                 message += f": held by {holder}"
             if self.owner.get("label"):
                 message += f" ({self.owner['label']})"
+            if isinstance(self.owner.get("acquired_at"), int | float):
+                since = datetime.fromtimestamp(self.owner["acquired_at"], tz=timezone.utc)
+                message += f" since {since:%Y-%m-%d %H:%M:%S} UTC"
         if self.ttl is not None:
             message += f", lease ends in {self.ttl:.3g}s"
         return message

@@ -409,6 +409,8 @@ class Lock:
         if result[2]:
             with contextlib.suppress(ValueError):
                 owner = json.loads(result[2])
+            if isinstance(owner, dict) and len(result) > 3 and result[3]:
+                owner["acquired_at"] = int(result[3]) / 1000  # the server's clock, epoch s
         attempt = _Attempt(wait_hint=max(0, int(result[1])) / 1000, owner=owner)
         if ctx.mode != _QUEUE:
             ctx.queued = False

@@ -249,7 +249,7 @@ QUEUE_TTL_MS = 5000
 #   3: leave the queue without trying
 #   flags: 'f' fencing, 'r' re-entrant, 'o' return the holder's owner record on failure,
 #          'w' a wake-up may be left on our list (delete it when we take the lock)
-# Returns {1, fence} when held, {0, wait_hint_ms, owner_json|false} when not.
+# Returns {1, fence} when held, {0, wait_hint_ms, owner_json|false[, since_ms]} when not.
 ACQUIRE = Script(
     "acquire",
     _SIBLINGS
@@ -332,11 +332,11 @@ elseif mode == 2 then
   -- We may have been woken for a free lock we now decline: pass the turn on.
   if not holder then wake_next() end
 end
-local owner = false
 if string.find(flags, 'o', 1, true) then
-  owner = redis.call('HGET', lease_key, 'owner') or false
+  local record = redis.call('HMGET', lease_key, 'owner', 'since')
+  return {0, wait_hint, record[1], record[2]}
 end
-return {0, wait_hint, owner}
+return {0, wait_hint, false}
 """,
 )
 

@@ -20,14 +20,20 @@ def test_not_acquired_names_the_holder_and_the_lease():
         "reports:nightly",
         ttl=12.5,
         waited=5,
-        owner={"host": "web-1", "pid": 4242, "thread": "MainThread", "label": "nightly report"},
+        owner={
+            "host": "web-1",
+            "pid": 4242,
+            "thread": "MainThread",
+            "label": "nightly report",
+            "acquired_at": 1_790_000_000.5,
+        },
     )
     assert error.name == "reports:nightly"
     assert error.ttl == 12.5
     assert error.owner["pid"] == 4242
     assert str(error) == (
         "Could not acquire lock 'reports:nightly' within 5s: held by web-1/4242/MainThread "
-        "(nightly report), lease ends in 12.5s"
+        "(nightly report) since 2026-09-21 14:13:20 UTC, lease ends in 12.5s"
     )
 
 

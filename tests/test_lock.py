@@ -99,7 +99,9 @@ def test_not_acquired_tells_who_holds_it():
     assert error.owner["label"] == "nightly report"
     assert error.owner["pid"] == os.getpid()
     assert 0 < error.ttl <= 10
+    assert abs(error.owner["acquired_at"] - time.time()) < 60  # server clock, epoch seconds
     assert "nightly report" in str(error)
+    assert " since 20" in str(error)
 
 
 def test_owner_record(redis_client):
