@@ -13,6 +13,7 @@ from .exceptions import (
     LockNotOwned,
 )
 from .lock import Lock
+from .management.base import AlreadyRunning, SingleInstanceCommand, SingleInstanceMixin
 from .signals import (
     lock_acquired,
     lock_contended,
@@ -24,12 +25,15 @@ from .signals import (
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AlreadyRunning",
     "Lock",
     "LockBackendError",
     "LockError",
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
+    "SingleInstanceCommand",
+    "SingleInstanceMixin",
     "__version__",
     "aclose_async_redis_clients",
     "get_async_redis_client",

@@ -101,6 +101,35 @@ def _boolean(setting: str, value: Any) -> bool:
     return value
 
 
+def _exit_code(setting: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSetting(
+            setting,
+            f"must be an exit status (an int), not {type(value).__name__}.",
+            problem="type",
+        )
+    if not 0 <= value <= 255:
+        raise InvalidSetting(setting, f"must be between 0 and 255, not {value}.", problem="value")
+    return value
+
+
+def _choice(*choices: str) -> Callable[[str, Any], str]:
+    def validate(setting: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise InvalidSetting(
+                setting, f"must be a string, not {type(value).__name__}.", problem="type"
+            )
+        if value not in choices:
+            raise InvalidSetting(
+                setting,
+                f"must be one of {', '.join(map(repr, choices))}, not {value!r}.",
+                problem="value",
+            )
+        return value
+
+    return validate
+
+
 def _optional_callable(setting: str, value: Any) -> Callable[..., Any] | None:
     if value is None or callable(value):
         return cast("Callable[..., Any] | None", value)
@@ -179,6 +208,18 @@ SETTINGS: dict[str, Setting] = {
             "False turns the Django guards (decorators, mixins, commands) into no-ops.",
         ),
         Setting(
+            "COMMAND_EXIT_CODE",
+            75,
+            _exit_code,
+            "Exit status of a single-instance command that finds another instance running.",
+        ),
+        Setting(
+            "COMMAND_ON_LOST",
+            "abort",
+            _choice("abort", "finish"),
+            "A single-instance command whose lock is lost: stop it, or let it finish.",
+        ),
+        Setting(
             "CONNECTION_FACTORY",
             None,
             _optional_callable,
@@ -238,6 +279,14 @@ class LockSettings:
     @property
     def ENABLED(self) -> bool:
         return cast("bool", self.get("ENABLED"))
+
+    @property
+    def COMMAND_EXIT_CODE(self) -> int:
+        return cast("int", self.get("COMMAND_EXIT_CODE"))
+
+    @property
+    def COMMAND_ON_LOST(self) -> str:
+        return cast("str", self.get("COMMAND_ON_LOST"))
 
     @property
     def CONNECTION_FACTORY(self) -> Callable[[str], Any] | None:

@@ -4,6 +4,8 @@ The cache LOCATION is a placeholder: ``conftest.py`` starts a private redis-serv
 ``REDIS_URL``) and points CACHES at it for the whole session before any test runs.
 """
 
+import os
+
 SECRET_KEY = "django-redis-lock-tests"
 DEBUG = False
 USE_TZ = True
@@ -12,17 +14,19 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
     "django_redis_lock",
+    "tests.testapp",
 ]
 
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 
 # Port 1 on loopback: nothing listens there, so a test that forgot the fixtures fails loudly
-# instead of touching a server the suite did not start.
+# instead of touching a server the suite did not start. Subprocesses started by the tests get
+# the session's server through DJANGO_REDIS_LOCK_TEST_REDIS_URL.
 UNREACHABLE_REDIS_URL = "redis://127.0.0.1:1/0"
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": UNREACHABLE_REDIS_URL,
+        "LOCATION": os.environ.get("DJANGO_REDIS_LOCK_TEST_REDIS_URL", UNREACHABLE_REDIS_URL),
     }
 }
 

@@ -15,6 +15,8 @@ def test_defaults():
     assert lock_settings.FAIL_OPEN is False
     assert lock_settings.ENABLED is True
     assert lock_settings.CONNECTION_FACTORY is None
+    assert lock_settings.COMMAND_EXIT_CODE == 75
+    assert lock_settings.COMMAND_ON_LOST == "abort"
 
 
 def test_every_setting_has_a_typed_property_and_valid_default():
@@ -62,6 +64,12 @@ def test_wait_zero_is_allowed(settings):
         ("AUTO_RENEW", "yes", "type"),
         ("FAIL_OPEN", 1, "type"),
         ("ENABLED", None, "type"),
+        ("COMMAND_EXIT_CODE", 256, "value"),
+        ("COMMAND_EXIT_CODE", -1, "value"),
+        ("COMMAND_EXIT_CODE", "75", "type"),
+        ("COMMAND_EXIT_CODE", True, "type"),
+        ("COMMAND_ON_LOST", "ignore", "value"),
+        ("COMMAND_ON_LOST", None, "type"),
         ("CONNECTION_FACTORY", 42, "type"),
         ("CONNECTION_FACTORY", "no_such_module.factory", "import"),
         ("CONNECTION_FACTORY", "tests.factories.NOT_CALLABLE", "import"),

@@ -1,0 +1,190 @@
+"""Single-instance management commands, in-process and as real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_redis_lock import AlreadyRunning, Lock
+from tests.conftest import django_redis_caches
+from tests.testapp.management.commands import lose_lock_job, quick_job
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def manage(redis_url: str, *args: str, **popen) -> subprocess.Popen:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT)}
+    env["DJANGO_REDIS_LOCK_TEST_REDIS_URL"] = redis_url
+    return subprocess.Popen(
+        [sys.executable, "-m", "django", *args], env=env, cwd=ROOT, text=True, **popen
+    )
+
+
+@pytest.fixture
+def running_holder(redis_url):
+    """``hold_job`` running in another process, holding its lock until told to stop."""
+    process = manage(redis_url, "hold_job", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert process.stdout.readline().strip() == "started"
+    yield process
+    if process.poll() is None:
+        process.kill()
+    process.communicate()
+
+
+# -- across processes ------------------------------------------------------------------------
+
+
+def test_second_instance_exits_and_names_the_holder(redis_url, running_holder):
+    second = manage(redis_url, "hold_job", stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, stderr = second.communicate(timeout=60)
+    assert second.returncode == 75
+    assert str(running_holder.pid) in stderr
+    assert "manage.py hold_job" in stderr  # the label
+    assert "since" in stderr
+    assert len(stderr.strip().splitlines()) == 1  # one line, no traceback
+
+    running_holder.stdin.write("stop\n")
+    running_holder.stdin.flush()
+    assert running_holder.wait(30) == 0
+    assert Lock("hold_job", wait=0).acquire()  # released on the way out
+
+
+def test_verbosity_zero_is_silent(redis_url, running_holder):
+    second = manage(
+        redis_url, "hold_job", "--verbosity", "0", stdin=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _, stderr = second.communicate(timeout=60)
+    assert second.returncode == 75
+    assert stderr == ""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_releases_the_lock_before_the_process_ends(redis_url, running_holder, signum):
+    running_holder.send_signal(signum)
+    running_holder.wait(30)
+    assert running_holder.returncode != 0
+    # Free at once, not when the lease would have run out.
+    assert Lock("hold_job", wait=0).acquire()
+
+
+def test_run_locked_guards_a_stock_command(redis_url):
+    with Lock("run_locked:check", timeout=30):
+        blocked = manage(redis_url, "run_locked", "check", stderr=subprocess.PIPE)
+        _, stderr = blocked.communicate(timeout=60)
+    assert blocked.returncode == 75
+    assert "run_locked:check" in stderr
+    free = manage(redis_url, "run_locked", "check", "--deploy", stderr=subprocess.PIPE)
+    _, stderr = free.communicate(timeout=60)
+    assert free.returncode == 0
+    assert "security.W001" in stderr  # the command's own arguments passed through
+
+
+# -- in-process (call_command) -----------------------------------------------------------
+
+
+def hold_in_thread(name: str):
+    """Hold ``name`` in another thread until the returned event is set."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with Lock(name, timeout=30):
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert held.wait(10)
+    return release, thread
+
+
+def test_call_command_raises_already_running_with_the_configured_code(settings):
+    settings.DJANGO_REDIS_LOCK_COMMAND_EXIT_CODE = 0
+    release, thread = hold_in_thread("jobs:quick")
+    try:
+        with pytest.raises(AlreadyRunning) as info:
+            call_command("quick_job")
+    finally:
+        release.set()
+        thread.join()
+    assert info.value.returncode == 0
+    assert info.value.holder.owner["pid"] == os.getpid()
+
+
+def test_lock_options_exist_even_when_add_arguments_skips_super():
+    quick_job.runs.clear()
+    call_command("quick_job", "--tag", "a", "--lock-wait", "0", "--lock-timeout", "5")
+    assert quick_job.runs == ["a"]
+
+
+def test_lock_wait_waits_for_the_running_instance():
+    quick_job.runs.clear()
+    release, thread = hold_in_thread("jobs:quick")
+    threading.Timer(0.2, release.set).start()  # the other instance finishes a bit later
+    call_command("quick_job", "--tag", "waited", lock_wait=10)
+    thread.join()
+    assert quick_job.runs == ["waited"]
+
+
+def test_bad_lock_wait_is_a_command_error():
+    with pytest.raises(CommandError, match="lock-wait"):
+        call_command("quick_job", "--lock-wait", "-1")
+
+
+def test_mixin_on_an_existing_command_class():
+    release, thread = hold_in_thread("guarded_check")
+    try:
+        with pytest.raises(AlreadyRunning):
+            call_command("guarded_check")
+    finally:
+        release.set()
+        thread.join()
+    call_command("guarded_check")  # free again: the stock check runs
+
+
+def test_lost_lock_aborts_the_command(settings):
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    lose_lock_job.progress.clear()
+    with pytest.raises(CommandError, match="was lost"):
+        call_command("lose_lock_job")
+    assert lose_lock_job.progress == ["deleted"]  # interrupted in the middle of its work
+
+
+def test_lost_lock_can_be_let_finish(settings):
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    settings.DJANGO_REDIS_LOCK_COMMAND_ON_LOST = "finish"
+    lose_lock_job.progress.clear()
+    call_command("lose_lock_job")
+    assert lose_lock_job.progress == ["deleted", "finished"]
+
+
+def test_disabled_runs_without_a_lock(settings):
+    settings.DJANGO_REDIS_LOCK_ENABLED = False
+    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")  # Redis not even reachable
+    quick_job.runs.clear()
+    call_command("quick_job", "--tag", "off")
+    assert quick_job.runs == ["off"]
+
+
+def test_redis_down_fails_closed_by_default(settings):
+    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
+    quick_job.runs.clear()
+    with pytest.raises(CommandError, match="Not running"):
+        call_command("quick_job")
+    assert quick_job.runs == []
+
+
+def test_redis_down_fail_open_runs_unprotected(settings, caplog):
+    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
+    settings.DJANGO_REDIS_LOCK_FAIL_OPEN = True
+    quick_job.runs.clear()
+    call_command("quick_job", "--tag", "open")
+    assert quick_job.runs == ["open"]
+    assert any("without its lock" in record.getMessage() for record in caplog.records)
