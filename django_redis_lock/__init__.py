@@ -4,7 +4,7 @@ The public API is re-exported here; import from ``django_redis_lock``, not its m
 """
 
 from .connection import aclose_async_redis_clients, get_async_redis_client, get_redis_client
-from .decorators import lock
+from .decorators import lock, locked_method
 from .exceptions import (
     LockBackendError,
     LockError,
@@ -12,8 +12,10 @@ from .exceptions import (
     LockNotAcquired,
     LockNotOwned,
 )
+from .fencing import fenced_update
 from .lock import Lock
 from .management.base import AlreadyRunning, SingleInstanceCommand, SingleInstanceMixin
+from .mixins import LockableModelMixin
 from .signals import (
     lock_acquired,
     lock_contended,
@@ -32,10 +34,12 @@ __all__ = [
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
+    "LockableModelMixin",
     "SingleInstanceCommand",
     "SingleInstanceMixin",
     "__version__",
     "aclose_async_redis_clients",
+    "fenced_update",
     "get_async_redis_client",
     "get_redis_client",
     "lock",
@@ -44,4 +48,5 @@ __all__ = [
     "lock_force_released",
     "lock_lost",
     "lock_released",
+    "locked_method",
 ]

@@ -18,7 +18,7 @@ from asgiref.sync import iscoroutinefunction
 
 from .lock import Lock
 
-__all__ = ["lock"]
+__all__ = ["lock", "locked_method"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,6 +66,45 @@ def lock(name: str | Callable[..., str], **options: Any) -> Callable[[F], F]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             with Lock(make_name(*args, **kwargs), **options):
                 return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorator
+
+
+def locked_method(
+    suffix: str | None = None, *, refresh: bool = True, **options: Any
+) -> Callable[[F], F]:
+    """Hold the row's lock (``self.lock(suffix, **options)``) for each call of a model method.
+
+    The instance's class must use :class:`~django_redis_lock.LockableModelMixin`. With
+    ``refresh`` the instance is reloaded from the database once the lock is held, so a
+    read-modify-write inside sees what the previous holder committed. Inside
+    ``transaction.atomic`` the lock is kept until the transaction commits (or rolls back).
+    Raises ``LockNotAcquired`` when the lock cannot be had within ``wait``.
+    """
+    Lock("validate-options", **options)
+
+    def decorator(method: F) -> F:
+        if iscoroutinefunction(method):
+            raise TypeError(
+                f"@locked_method does not support async methods ({method.__qualname__}); "
+                "use `async with self.lock(...)` in it instead."
+            )
+
+        @functools.wraps(method)
+        def wrapper(instance: Any, *args: Any, **kwargs: Any) -> Any:
+            from .mixins import release_after_transaction
+
+            row_lock = instance.lock(suffix, **options)
+            database = instance._lock_database()
+            row_lock.__enter__()  # raises LockNotAcquired with the holder when it must
+            try:
+                if refresh:
+                    instance.refresh_from_db(using=database)
+                return method(instance, *args, **kwargs)
+            finally:
+                release_after_transaction(row_lock, using=database)
 
         return wrapper  # type: ignore[return-value]
 

@@ -5,6 +5,7 @@ The cache LOCATION is a placeholder: ``conftest.py`` starts a private redis-serv
 """
 
 import os
+import tempfile
 
 SECRET_KEY = "django-redis-lock-tests"
 DEBUG = False
@@ -17,7 +18,17 @@ INSTALLED_APPS = [
     "tests.testapp",
 ]
 
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+# A file, not :memory:, so that the processes of the multi-process tests share the test
+# database; they are told its name through DJANGO_REDIS_LOCK_TEST_DB.
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("DJANGO_REDIS_LOCK_TEST_DB", ":memory:"),
+        "TEST": {
+            "NAME": os.path.join(tempfile.gettempdir(), f"django-redis-lock-{os.getpid()}.sqlite3")
+        },
+    }
+}
 
 # Port 1 on loopback: nothing listens there, so a test that forgot the fixtures fails loudly
 # instead of touching a server the suite did not start. Subprocesses started by the tests get

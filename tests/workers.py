@@ -7,15 +7,17 @@ import time
 from typing import Any
 
 
-def setup_django(redis_url: str, **settings: Any) -> None:
+def setup_django(redis_url: str, database: str | None = None, **settings: Any) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    os.environ["DJANGO_REDIS_LOCK_TEST_REDIS_URL"] = redis_url
+    if database:
+        os.environ["DJANGO_REDIS_LOCK_TEST_DB"] = database
     import django
     from django.test import override_settings
 
-    from tests.conftest import django_redis_caches
-
     django.setup()
-    override_settings(CACHES=django_redis_caches(redis_url), **settings).enable()
+    if settings:
+        override_settings(**settings).enable()
 
 
 def count_under_lock(redis_url: str, name: str, rounds: int, start: Any) -> tuple[int, int]:
@@ -64,3 +66,15 @@ def hold_until_killed(redis_url: str, name: str, ready: Any, **lock_options: Any
     assert lock.acquire(wait=0)
     ready.set()
     time.sleep(3600)
+
+
+def deposit_under_lock(redis_url: str, database: str, pk: int, rounds: int, start: Any) -> int:
+    """``rounds`` deposits of 1 through a @locked_method doing a plain read-modify-write."""
+    setup_django(redis_url, database)
+    from tests.testapp.models import Account
+
+    account = Account.objects.get(pk=pk)
+    start.wait()
+    for _ in range(rounds):
+        account.deposit(1)
+    return rounds
