@@ -4,7 +4,7 @@ The public API is re-exported here; import from ``django_redis_lock``, not its m
 """
 
 from .connection import aclose_async_redis_clients, get_async_redis_client, get_redis_client
-from .decorators import lock, locked_method
+from .decorators import lock, locked_method, prevent_double_submit
 from .exceptions import (
     LockBackendError,
     LockError,
@@ -23,11 +23,15 @@ from .signals import (
     lock_lost,
     lock_released,
 )
+from .submissions import ALL, UNSAFE, DuplicateSubmission
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "ALL",
+    "UNSAFE",
     "AlreadyRunning",
+    "DuplicateSubmission",
     "Lock",
     "LockBackendError",
     "LockError",
@@ -49,4 +53,5 @@ __all__ = [
     "lock_lost",
     "lock_released",
     "locked_method",
+    "prevent_double_submit",
 ]

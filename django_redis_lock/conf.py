@@ -130,6 +130,18 @@ def _choice(*choices: str) -> Callable[[str, Any], str]:
     return validate
 
 
+def _byte_count(setting: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSetting(
+            setting,
+            f"must be a number of bytes (an int), not {type(value).__name__}.",
+            problem="type",
+        )
+    if value < 0:
+        raise InvalidSetting(setting, f"must be zero or more bytes, not {value}.", problem="value")
+    return value
+
+
 def _optional_callable(setting: str, value: Any) -> Callable[..., Any] | None:
     if value is None or callable(value):
         return cast("Callable[..., Any] | None", value)
@@ -220,6 +232,18 @@ SETTINGS: dict[str, Setting] = {
             "A single-instance command whose lock is lost: stop it, or let it finish.",
         ),
         Setting(
+            "DUPLICATE_SUBMISSION_VIEW",
+            None,
+            _optional_callable,
+            "Dotted path to a view(request, exception) answering duplicate submissions.",
+        ),
+        Setting(
+            "REPLAY_MAX_BYTES",
+            65536,
+            _byte_count,
+            "Largest response body kept to replay to duplicate submissions.",
+        ),
+        Setting(
             "CONNECTION_FACTORY",
             None,
             _optional_callable,
@@ -287,6 +311,14 @@ class LockSettings:
     @property
     def COMMAND_ON_LOST(self) -> str:
         return cast("str", self.get("COMMAND_ON_LOST"))
+
+    @property
+    def DUPLICATE_SUBMISSION_VIEW(self) -> Callable[..., Any] | None:
+        return cast("Callable[..., Any] | None", self.get("DUPLICATE_SUBMISSION_VIEW"))
+
+    @property
+    def REPLAY_MAX_BYTES(self) -> int:
+        return cast("int", self.get("REPLAY_MAX_BYTES"))
 
     @property
     def CONNECTION_FACTORY(self) -> Callable[[str], Any] | None:

@@ -9,18 +9,29 @@ arguments and returning the name. When the lock cannot be had within ``wait``, t
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import inspect
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.template.response import SimpleTemplateResponse
 
+from . import submissions
+from .conf import lock_settings
+from .exceptions import LockBackendError, LockNotOwned
 from .lock import Lock
 
-__all__ = ["lock", "locked_method"]
+__all__ = ["lock", "locked_method", "prevent_double_submit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger("django_redis_lock")
 
 
 def _name_maker(name: str | Callable[..., str], func: Callable[..., Any]) -> Callable[..., str]:
@@ -107,5 +118,212 @@ def locked_method(
                 release_after_transaction(row_lock, using=database)
 
         return wrapper  # type: ignore[return-value]
+
+    return decorator
+
+
+class _SubmissionGuard:
+    """The configuration of one ``@prevent_double_submit`` and everything but the I/O, which
+    the sync and async wrappers do each their own way."""
+
+    def __init__(
+        self, *, key: Any, group: str, methods: Any, fingerprint: bool, wait: float,
+        timeout: float | None, hold: float, replay: bool, idempotency_header: str | None,
+        idempotency_ttl: float,
+    ) -> None:  # fmt: skip
+        self.key = submissions.key_function(key)
+        self.group = group
+        self.methods = frozenset(
+            m.upper() for m in ([methods] if isinstance(methods, str) else methods)
+        )
+        self.fingerprint = fingerprint
+        self.wait = wait
+        self.timeout = timeout
+        self.hold = hold
+        self.replay = replay
+        self.idempotency_header = idempotency_header
+        self.idempotency_ttl = idempotency_ttl
+
+    def plan(self, request: HttpRequest) -> _Submission | None:
+        """The lock for this request, or None when it is not guarded."""
+        if request.method not in self.methods or not lock_settings.ENABLED:
+            return None
+        client = submissions.client_identity(request, self.key)
+        if client is None:
+            return None  # nobody to tell apart (an anonymous user with key="user", say)
+        idempotency_key = (
+            request.headers.get(self.idempotency_header) if self.idempotency_header else None
+        )
+        fingerprint = (
+            submissions.request_fingerprint(request) if self.fingerprint or idempotency_key else ""
+        )
+        if idempotency_key:
+            name = submissions.submission_lock_name(self.group, client, "key", idempotency_key)
+            keep = self.idempotency_ttl
+        else:
+            name = submissions.submission_lock_name(self.group, client, fingerprint)
+            keep = self.hold
+        lock = Lock(
+            name, wait=self.wait, timeout=self.timeout, label=f"submission to {self.group}"
+        )
+        return _Submission(lock, fingerprint, keep, idempotency_key is not None)
+
+    def duplicate(
+        self, submission: _Submission, ctx: Any
+    ) -> submissions.DuplicateSubmission | HttpResponse:
+        """Why a request that did not get the lock is not run, or the response to replay."""
+        if ctx.result is None:  # the first one is still running
+            holder = submission.lock._not_acquired(ctx)
+            return submissions.DuplicateSubmission(
+                "The same submission is being processed.",
+                status=409,
+                retry_after=submissions.retry_after(holder.ttl),
+            )
+        finished = submissions.Finished.loads(ctx.result)
+        if submission.idempotent and finished.fingerprint != submission.fingerprint:
+            return submissions.DuplicateSubmission(
+                "This Idempotency-Key was used for a different request.",
+                status=422,
+                retry_after=None,
+            )
+        if finished.status is not None:
+            return finished.replay()
+        return submissions.DuplicateSubmission(
+            "The same submission was just processed.",
+            status=409,
+            retry_after=submissions.retry_after(submission.keep),
+        )
+
+    def result_of(self, response: HttpResponseBase, submission: _Submission) -> bytes | None:
+        """What to keep of the response for duplicates (None: nothing, a retry may run)."""
+        if response.status_code >= 500:
+            return None
+        if isinstance(response, SimpleTemplateResponse) and not response.is_rendered:
+            response.render()  # its content is what a duplicate must get
+        finished = submissions.Finished.of(
+            response, submission.fingerprint, replay=self.replay,
+            max_bytes=lock_settings.REPLAY_MAX_BYTES,
+        )  # fmt: skip
+        return finished.dumps()
+
+    @staticmethod
+    def unavailable(request: HttpRequest, error: LockBackendError) -> HttpResponse | None:
+        """Redis is unreachable: None lets the view run unprotected (FAIL_OPEN), else a 503."""
+        if lock_settings.FAIL_OPEN:
+            logger.warning("Running %s without double-submit protection: %s", request.path, error)
+            return None
+        response = HttpResponse("Service unavailable, please try again.", status=503)
+        response.headers["Retry-After"] = "5"
+        return response
+
+
+@dataclass(frozen=True)
+class _Submission:
+    lock: Lock
+    fingerprint: str
+    keep: float  # seconds the result is kept for duplicates
+    idempotent: bool
+
+
+def _duplicate_view() -> Callable[..., Any]:
+    from .views import duplicate_submission
+
+    return lock_settings.DUPLICATE_SUBMISSION_VIEW or duplicate_submission
+
+
+def prevent_double_submit(
+    key: str | Callable[[HttpRequest], str | None] = "user_or_ip",
+    *,
+    group: str | None = None,
+    methods: Any = submissions.UNSAFE,
+    fingerprint: bool = True,
+    wait: float = 0,
+    timeout: float | None = None,
+    hold: float = 5,
+    replay: bool = True,
+    idempotency_header: str | None = None,
+    idempotency_ttl: float = 24 * 3600,
+) -> Callable[[F], F]:
+    """Run a view at most once for the same submission from the same client.
+
+    See ``docs/views.md``. In short: while the first of identical requests (same client by
+    ``key``, same view ``group``, same method, path, query and submitted data) runs, the others
+    get 409 Conflict with Retry-After (or wait up to ``wait`` seconds for it); for ``hold``
+    seconds after it finished they get its response replayed (``Idempotent-Replayed: true``),
+    or 409 when it cannot be replayed. With ``idempotency_header="Idempotency-Key"`` a request
+    carrying that header is identified by it instead (kept ``idempotency_ttl`` seconds; a
+    different payload under a used key gets 422).
+    """
+    Lock("validate-options", wait=wait, timeout=timeout)
+    for what, seconds in (("hold", hold), ("idempotency_ttl", idempotency_ttl)):
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+            raise ValueError(f"{what} must be a positive number of seconds, not {seconds!r}.")
+
+    def decorator(view: F) -> F:
+        guard = _SubmissionGuard(
+            key=key, group=group or f"{view.__module__}.{view.__qualname__}", methods=methods,
+            fingerprint=fingerprint, wait=wait, timeout=timeout, hold=hold, replay=replay,
+            idempotency_header=idempotency_header, idempotency_ttl=idempotency_ttl,
+        )  # fmt: skip
+
+        if iscoroutinefunction(view):
+
+            @functools.wraps(view)
+            async def async_guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                submission = guard.plan(request)
+                if submission is None:
+                    return await view(request, *args, **kwargs)
+                ctx = submission.lock._begin(None, want_result=True)
+                try:
+                    acquired = await submission.lock._aacquire(ctx)
+                except LockBackendError as error:
+                    fallback = guard.unavailable(request, error)
+                    return fallback or await view(request, *args, **kwargs)
+                if not acquired:
+                    answer = guard.duplicate(submission, ctx)
+                    if isinstance(answer, HttpResponseBase):
+                        return answer
+                    responder = _duplicate_view()
+                    response = responder(request, answer)
+                    return await response if asyncio.iscoroutine(response) else response
+                result = None
+                try:
+                    response = await view(request, *args, **kwargs)
+                    result = guard.result_of(response, submission)
+                    return response
+                finally:
+                    with contextlib.suppress(LockNotOwned, LockBackendError):
+                        await submission.lock._release_call(result, submission.keep).arun()
+
+            return async_guarded  # type: ignore[return-value]
+
+        @functools.wraps(view)
+        def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            submission = guard.plan(request)
+            if submission is None:
+                return view(request, *args, **kwargs)
+            ctx = submission.lock._begin(None, want_result=True)
+            try:
+                acquired = submission.lock._acquire(ctx)
+            except LockBackendError as error:
+                fallback = guard.unavailable(request, error)
+                return fallback or view(request, *args, **kwargs)
+            if not acquired:
+                answer = guard.duplicate(submission, ctx)
+                if isinstance(answer, HttpResponseBase):
+                    return answer
+                return _duplicate_view()(request, answer)
+            result = None
+            try:
+                response = view(request, *args, **kwargs)
+                result = guard.result_of(response, submission)
+                return response
+            finally:
+                # Nothing is kept when the view raised: a retry may run it again. A lost lock
+                # was reported when it was lost; an unreachable Redis lets the lease end.
+                with contextlib.suppress(LockNotOwned, LockBackendError):
+                    submission.lock._release_call(result, submission.keep).run()
+
+        return guarded  # type: ignore[return-value]
 
     return decorator

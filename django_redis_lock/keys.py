@@ -5,6 +5,7 @@
     <ns>{<tag>}:d          each waiter's liveness deadline (a hash)
     <ns>{<tag>}:f          the last fencing token
     <ns>{<tag>}:w:<token>  one waiter's wake-up list
+    <ns>{<tag>}:r          the result of the guarded work, kept for duplicates (submissions)
 
 where ``<ns>`` is ``<cache KEY_PREFIX>:<DJANGO_REDIS_LOCK_KEY_PREFIX>:`` (no cache prefix: just
 ``<DJANGO_REDIS_LOCK_KEY_PREFIX>:``).

@@ -200,6 +200,8 @@ class _Acquisition:
     stale_wake: bool = False  # a block timed out: a late wake-up may be waiting in Redis
     wait_hint: float = 0.0
     failure: _Attempt | None = None  # what the holder looked like when we could not get in
+    want_result: bool = False
+    result: bytes | None = None
 
 
 class Lock:
@@ -342,8 +344,10 @@ class Lock:
             f"Could not {action} lock {self._name!r}: {type(exc).__name__}: {exc}", name=self._name
         )
 
-    def _begin(self, wait: float | None) -> _Acquisition:
-        """Everything an acquisition needs before its first round trip."""
+    def _begin(self, wait: float | None, *, want_result: bool = False) -> _Acquisition:
+        """Everything an acquisition needs before its first round trip. With ``want_result``
+        an acquisition gives up as soon as the guarded work's result is there (``ctx.result``,
+        see ``_release_call``): the duplicate-submission guard is built on it."""
         owner = _current_owner()
         max_wait = self._max_wait(wait)
         hold = self._holds.get(owner)
@@ -371,6 +375,7 @@ class Lock:
             max_wait=max_wait,
             started=started,
             deadline=started + max_wait,
+            want_result=want_result,
         )
 
     def _attempt_args(self, ctx: _Acquisition, mode: int | None = None) -> list[Any]:
@@ -388,6 +393,8 @@ class Lock:
         # A wake-up list is only left behind when a block ended without its wake-up.
         if ctx.stale_wake:
             flags += "w"
+        if ctx.want_result:
+            flags += "d"
         liveness = min(max(remaining, 0), _BLOCK_CAP) + _LIVENESS_SLACK
         lease_ms = max(1, int(ctx.lease * 1000))
         return [ctx.token, lease_ms, ctx.record, mode, flags, int(liveness * 1000), ctx.nonce]
@@ -405,6 +412,10 @@ class Lock:
             fence = int(result[1])
             self._acquired(ctx, fence)
             return True
+        if result[0] == 2:  # the guarded work is done already: here is its result
+            ctx.queued = False
+            ctx.result = result[1]
+            return False
         owner = None
         if result[2]:
             with contextlib.suppress(ValueError):
@@ -593,7 +604,10 @@ class Lock:
         """Make our lease end ``seconds`` from now (default: the lock's lease length)."""
         self._extend_call(seconds).run()
 
-    def _release_call(self) -> _Call:
+    def _release_call(self, result: bytes | None = None, result_ttl: float = 0) -> _Call:
+        """The release, optionally leaving ``result`` for ``result_ttl`` seconds for later
+        acquisitions made with ``want_result`` (written in the same script, before the lock
+        is free)."""
         owner = _current_owner()
         hold = self._held_or_raise(owner)
         alias, keys = self._alias_and_keys()
@@ -607,7 +621,8 @@ class Lock:
             RELEASE,
             alias,
             [keys.lease],
-            [hold.token, int(self._reentrant)],
+            [hold.token, int(self._reentrant)]
+            + ([result, max(1, int(result_ttl * 1000))] if result is not None else []),
             done=lambda remaining: self._released(owner, keys, hold, int(remaining)),
             failed=failed,
         )

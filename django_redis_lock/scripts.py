@@ -248,8 +248,10 @@ QUEUE_TTL_MS = 5000
 #   mode 0: try once; 1: on failure join (or stay in) the queue; 2: on failure leave the queue;
 #   3: leave the queue without trying
 #   flags: 'f' fencing, 'r' re-entrant, 'o' return the holder's owner record on failure,
-#          'w' a wake-up may be left on our list (delete it when we take the lock)
-# Returns {1, fence} when held, {0, wait_hint_ms, owner_json|false[, since_ms]} when not.
+#          'w' a wake-up may be left on our list (delete it when we take the lock),
+#          'd' if the guarded work left a result (<lease>:r), return {2, result} instead
+# Returns {1, fence} when held, {0, wait_hint_ms, owner_json|false[, since_ms]} when not,
+# {2, result} with the 'd' flag when the guarded work is already done.
 ACQUIRE = Script(
     "acquire",
     _SIBLINGS
@@ -265,6 +267,19 @@ if mode == 3 then
   redis.call('DEL', wake_prefix .. token)
   if not holder then wake_next() end
   return {0, 0, false}
+end
+
+if string.find(flags, 'd', 1, true) then
+  -- The work this lock guards may be done already (a duplicate submission): its result.
+  local result = redis.call('GET', lease_key .. ':r')
+  if result then
+    if redis.call('LREM', queue, 0, token) > 0 then
+      redis.call('HDEL', deadlines, token)
+      redis.call('DEL', wake_prefix .. token)
+      if not holder then wake_next() end  -- the next duplicate reads the result too
+    end
+    return {2, result}
+  end
 end
 
 local lease = tonumber(ARGV[2])
@@ -340,7 +355,7 @@ return {0, wait_hint, false}
 """,
 )
 
-# KEYS: lease   ARGV: token, re-entrant (0/1)
+# KEYS: lease   ARGV: token, re-entrant (0/1)[, result, result_ttl_ms]
 # Returns the hold count left (0: released), or -1 when the lease is not ours.
 RELEASE = Script(
     "release",
@@ -351,6 +366,11 @@ if redis.call('HGET', lease_key, 'token') ~= ARGV[1] then return -1 end
 if ARGV[2] == '1' then
   local count = redis.call('HINCRBY', lease_key, 'count', -1)
   if count > 0 then return count end
+end
+if ARGV[3] then
+  -- The result of the guarded work, kept for duplicates: written before the lock is free, so
+  -- no duplicate can slip in between.
+  redis.call('SET', lease_key .. ':r', ARGV[3], 'PX', ARGV[4])
 end
 redis.call('DEL', lease_key)
 wake_next()
