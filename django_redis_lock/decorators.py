@@ -255,6 +255,7 @@ def prevent_double_submit(
     different payload under a used key gets 422).
     """
     Lock("validate-options", wait=wait, timeout=timeout)
+    submissions.key_function(key)  # a bad key fails here, at import time, not per request
     for what, seconds in (("hold", hold), ("idempotency_ttl", idempotency_ttl)):
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
             raise ValueError(f"{what} must be a positive number of seconds, not {seconds!r}.")

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from django.db import router, transaction
 
 from .exceptions import LockBackendError, LockNotOwned
 from .lock import Lock
 
-__all__ = ["LockableModelMixin", "release_after_transaction"]
+__all__ = ["LockableModelMixin", "PreventDoubleSubmitMixin", "release_after_transaction"]
 
 
 class LockableModelMixin:
@@ -89,3 +90,42 @@ def release_after_transaction(lock: Lock, using: str | None = None) -> None:
     # Not a reference to the callback: the finalizer must not keep it alive.
     weakref.finalize(callback, _release_once, lock, state)
     transaction.on_commit(callback, using=using)
+
+
+class PreventDoubleSubmitMixin:
+    """``@prevent_double_submit`` for a class-based view (sync or async):
+
+        class CheckoutView(PreventDoubleSubmitMixin, FormView):
+            double_submit = {"key": "user", "hold": 10}
+
+    ``double_submit`` holds the decorator's options; the group defaults to the view class's
+    dotted name. Safe methods pass through as with the decorator.
+    """
+
+    double_submit: ClassVar[dict[str, Any]] = {}
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        guarded = type(self).__dict__.get("_guarded_dispatch")
+        if guarded is None:
+            guarded = self._guard_dispatch()
+            type.__setattr__(type(self), "_guarded_dispatch", guarded)
+        return guarded(request, *args, view=self, **kwargs)
+
+    @classmethod
+    def _guard_dispatch(cls) -> Callable[..., Any]:
+        from .decorators import prevent_double_submit
+
+        options = {"group": f"{cls.__module__}.{cls.__qualname__}", **cls.double_submit}
+
+        if getattr(cls, "view_is_async", False):
+
+            async def dispatch_async(request: Any, *args: Any, view: Any, **kwargs: Any) -> Any:
+                parent = super(PreventDoubleSubmitMixin, view)
+                return await parent.dispatch(request, *args, **kwargs)  # type: ignore[attr-defined]
+
+            return prevent_double_submit(**options)(dispatch_async)
+
+        def dispatch(request: Any, *args: Any, view: Any, **kwargs: Any) -> Any:
+            return super(PreventDoubleSubmitMixin, view).dispatch(request, *args, **kwargs)  # type: ignore[misc]
+
+        return prevent_double_submit(**options)(dispatch)

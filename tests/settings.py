@@ -14,6 +14,7 @@ USE_TZ = True
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
+    "django.contrib.sessions",
     "django_redis_lock",
     "tests.testapp",
 ]
@@ -40,5 +41,15 @@ CACHES = {
         "LOCATION": os.environ.get("DJANGO_REDIS_LOCK_TEST_REDIS_URL", UNREACHABLE_REDIS_URL),
     }
 }
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+]
+ROOT_URLCONF = "tests.testapp.urls"
+TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}]
+ALLOWED_HOSTS = ["*"]
+STATIC_URL = "/static/"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,0 +1,17 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("order/", views.order),
+    path("order-by-user/", views.order_by_user),
+    path("payment/", views.payment),
+    path("patient/", views.patient),
+    path("stream/", views.stream),
+    path("upload/", views.upload),
+    path("failing/", views.failing),
+    path("async-order/", views.async_order),
+    path("decorated/", views.DecoratedView.as_view()),
+    path("mixin/", views.MixinView.as_view()),
+    path("async-mixin/", views.AsyncMixinView.as_view()),
+]

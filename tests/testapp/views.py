@@ -1,0 +1,121 @@
+"""Views guarded by @prevent_double_submit, instrumented for the tests."""
+
+import threading
+from collections import Counter
+
+from django.http import HttpResponse, HttpResponseRedirect, JsonResponse, StreamingHttpResponse
+from django.utils.decorators import method_decorator
+from django.views import View
+from django.views.decorators.csrf import csrf_exempt
+
+from django_redis_lock import prevent_double_submit
+from django_redis_lock.mixins import PreventDoubleSubmitMixin
+
+runs: Counter = Counter()
+runs_lock = threading.Lock()
+# Set by a test to keep the first request running until the duplicates have been answered.
+gate = threading.Event()
+gate.set()
+async_gate: dict = {}
+
+
+def ran(name):
+    with runs_lock:
+        runs[name] += 1
+
+
+BY_HEADER = "header:X-Client"
+
+
+@csrf_exempt  # the live-server test posts without a form
+@prevent_double_submit(BY_HEADER)
+def order(request):
+    ran("order")
+    gate.wait(30)
+    response = HttpResponseRedirect(f"/done/?item={request.POST.get('item', '')}")
+    response.set_cookie("secret", "first-request-only")
+    return response
+
+
+@prevent_double_submit()  # the default key: the user, else the IP
+def order_by_user(request):
+    ran(f"order_by_user:{request.user.pk}")
+    gate.wait(30)
+    return HttpResponse("ordered")
+
+
+@prevent_double_submit(BY_HEADER, idempotency_header="Idempotency-Key")
+def payment(request):
+    ran("payment")
+    gate.wait(30)
+    return JsonResponse({"paid": request.POST.get("amount")}, status=201)
+
+
+@prevent_double_submit(BY_HEADER, wait=10)
+def patient(request):
+    ran("patient")
+    gate.wait(30)
+    return HttpResponse("done")
+
+
+@prevent_double_submit(BY_HEADER)
+def stream(request):
+    ran("stream")
+    return StreamingHttpResponse(iter([b"a", b"b"]))
+
+
+@prevent_double_submit(BY_HEADER)
+def upload(request):
+    ran("upload")
+    return HttpResponse(request.FILES["document"].read())
+
+
+@prevent_double_submit(BY_HEADER)
+def failing(request):
+    ran("failing")
+    raise RuntimeError("boom")
+
+
+@prevent_double_submit(BY_HEADER)
+async def async_order(request):
+    ran("async_order")
+    event = async_gate.get("event")
+    if event is not None:
+        await event.wait()
+    return HttpResponse("async ordered")
+
+
+@method_decorator(prevent_double_submit(BY_HEADER), name="post")
+class DecoratedView(View):
+    def post(self, request):
+        ran("decorated_view")
+        gate.wait(30)
+        return HttpResponse("cbv")
+
+
+class MixinView(PreventDoubleSubmitMixin, View):
+    double_submit = {"key": BY_HEADER}
+
+    def post(self, request):
+        ran("mixin_view")
+        gate.wait(30)
+        return HttpResponse("mixin")
+
+    def get(self, request):
+        ran("mixin_view_get")
+        return HttpResponse("read")
+
+
+class AsyncMixinView(PreventDoubleSubmitMixin, View):
+    double_submit = {"key": BY_HEADER}
+
+    async def post(self, request):
+        ran("async_mixin_view")
+        event = async_gate.get("event")
+        if event is not None:
+            await event.wait()
+        return HttpResponse("async mixin")
+
+
+def duplicate(request, exception):
+    return HttpResponse(f"custom {exception.status}", status=exception.status)
