@@ -1,8 +1,9 @@
 """Every django-redis-lock setting, its default and its validation, in one place.
 
 Settings are flat Django settings named ``DJANGO_REDIS_LOCK_<NAME>``. They are read from
-``django.conf.settings`` on every access (never cached), so ``override_settings`` and the
-pytest-django ``settings`` fixture work without extra plumbing. No other module of the package
+``django.conf.settings`` when first needed, validated, and kept until Django's
+``setting_changed`` signal says they changed, so ``override_settings`` and the pytest-django
+``settings`` fixture work without extra plumbing. No other module of the package
 reads ``django.conf.settings`` for these names: use ``lock_settings.<NAME>``.
 
 A bad value raises :class:`InvalidSetting` (an ``ImproperlyConfigured``) when it is read, and
@@ -20,6 +21,8 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 __all__ = ["PREFIX", "SETTINGS", "InvalidSetting", "LockSettings", "lock_settings"]
@@ -261,20 +264,28 @@ class LockSettings:
         return getattr(settings, SETTINGS[name].full_name, SETTINGS[name].default)
 
     def __init__(self) -> None:
-        # name -> (raw value, validated value): validation is skipped while the raw value is
-        # the same object. Reading the raw value each time keeps override_settings working.
-        self._validated: dict[str, tuple[Any, Any]] = {}
+        # Validated values, dropped when Django says a setting changed (override_settings,
+        # the pytest-django `settings` fixture): reading an unset setting through
+        # django.conf.settings raises and catches AttributeError, every time, on hot paths.
+        self._validated: dict[str, Any] = {}
 
     def get(self, name: str) -> Any:
         """The validated value; raises :class:`InvalidSetting` on a bad one."""
-        raw = self.raw(name)
-        cached = self._validated.get(name)
-        if cached is not None and cached[0] is raw:
-            return cached[1]
+        try:
+            return self._validated[name]
+        except KeyError:
+            pass
         setting = SETTINGS[name]
-        value = setting.validate(setting.full_name, raw)
-        self._validated[name] = (raw, value)
+        value = setting.validate(setting.full_name, self.raw(name))
+        self._validated[name] = value
         return value
+
+    def forget(self, setting: str | None = None) -> None:
+        """Drop the cached value of ``setting`` (a full name), or of every setting."""
+        if setting is None:
+            self._validated.clear()
+        elif setting.startswith(PREFIX):
+            self._validated.pop(setting.removeprefix(PREFIX), None)
 
     @property
     def CACHE_ALIAS(self) -> str:
@@ -326,3 +337,8 @@ class LockSettings:
 
 
 lock_settings = LockSettings()
+
+
+@receiver(setting_changed)
+def _setting_changed(*, setting: str, **kwargs: Any) -> None:
+    lock_settings.forget(setting)
