@@ -33,7 +33,9 @@ def setup(url: str) -> None:
         CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
         ALLOWED_HOSTS=["*"],
         ROOT_URLCONF=__name__,
-        TEMPLATES=[{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}],
+        TEMPLATES=[
+            {"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}
+        ],
     )
     django.setup()
 
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# @prevent_double_submit: added latency per request",
         "",
-        f"Written by `benchmarks/bench_views.py` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC;"
+        f"Written by `benchmarks/bench_views.py` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M}"
+        " UTC;"
         f" Python {platform.python_version()}, redis-server {version} (private, loopback),"
         f" {options.requests} calls per row.",
         "",

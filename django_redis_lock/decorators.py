@@ -24,7 +24,7 @@ from django.template.response import SimpleTemplateResponse
 
 from . import submissions
 from .conf import lock_settings
-from .exceptions import LockBackendError, LockNotOwned
+from .exceptions import LockBackendError, LockError, LockLost, LockNotOwned
 from .lock import Lock
 
 __all__ = ["lock", "locked_method", "prevent_double_submit"]
@@ -113,9 +113,21 @@ def locked_method(
             try:
                 if refresh:
                     instance.refresh_from_db(using=database)
-                return method(instance, *args, **kwargs)
-            finally:
+                result = method(instance, *args, **kwargs)
+            except BaseException:
+                # The method's own error is the one to see; a lost lock was already reported.
+                with contextlib.suppress(LockError):
+                    release_after_transaction(row_lock, using=database)
+                raise
+            try:
                 release_after_transaction(row_lock, using=database)
+            except LockNotOwned as not_owned:
+                raise LockLost(
+                    f"The lock of {instance!r} was lost while {method.__qualname__} ran: its "
+                    "writes may have overlapped another holder's.",
+                    name=row_lock.name,
+                ) from not_owned
+            return result
 
         return wrapper  # type: ignore[return-value]
 

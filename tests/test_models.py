@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from django_redis_lock import Lock, LockNotAcquired, fenced_update, locked_method
+from django_redis_lock import Lock, LockLost, LockNotAcquired, fenced_update, locked_method
 from django_redis_lock.keys import lock_keys
 from tests import workers
 from tests.testapp.models import Account
@@ -177,3 +177,38 @@ def test_stale_holder_cannot_overwrite_newer_work(redis_client):
 def test_fenced_update_needs_an_int_token():
     with pytest.raises(TypeError, match="fencing=True"):
         fenced_update(Account.objects.all(), None, balance=1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lock_lost_during_the_method_is_raised(redis_client, settings):
+    account = Account.objects.create()
+
+    class Deleting(Account):
+        class Meta:
+            proxy = True
+            app_label = "testapp"
+
+        @locked_method(timeout=10)
+        def work(self):
+            redis_client.delete(lock_keys(self.get_lock_name(), "default").lease)
+
+    with pytest.raises(LockLost, match="was lost"):
+        Deleting.objects.get(pk=account.pk).work()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_methods_own_error_wins_over_a_lost_lock(redis_client):
+    account = Account.objects.create()
+
+    class Failing(Account):
+        class Meta:
+            proxy = True
+            app_label = "testapp"
+
+        @locked_method(timeout=10)
+        def work(self):
+            redis_client.delete(lock_keys(self.get_lock_name(), "default").lease)
+            raise KeyError("the method's own error")
+
+    with pytest.raises(KeyError):
+        Failing.objects.get(pk=account.pk).work()
