@@ -1,4 +1,8 @@
-"""Decorators built on :class:`~django_redis_lock.Lock`.
+"""Decorators built on :class:`~django_redis_lock.Lock`:
+
+- ``@lock(name, **options)``: any function, sync or async;
+- ``@locked_method(suffix=None, refresh=True, **options)``: a model method, on its row's lock;
+- ``@prevent_double_submit(key=..., ...)``: a view, against duplicate submissions.
 
 ``@lock(name, **options)`` holds a fresh ``Lock`` for each call of the decorated function (sync
 or async). ``name`` is a plain string, a ``str.format`` template filled from the call's
@@ -180,7 +184,15 @@ class _SubmissionGuard:
         )
         return _Submission(lock, fingerprint, keep, idempotency_key is not None)
 
-    def duplicate(
+    def refuse(self, request: HttpRequest, submission: _Submission, ctx: Any) -> Any:
+        """The answer to a request that did not get the lock: the first response replayed,
+        or what the duplicate-submission view says (a coroutine if that view is async)."""
+        answer = self._duplicate(submission, ctx)
+        if isinstance(answer, HttpResponseBase):
+            return answer
+        return _duplicate_view()(request, answer)
+
+    def _duplicate(
         self, submission: _Submission, ctx: Any
     ) -> submissions.DuplicateSubmission | HttpResponse:
         """Why a request that did not get the lock is not run, or the response to replay."""
@@ -293,12 +305,8 @@ def prevent_double_submit(
                     fallback = guard.unavailable(request, error)
                     return fallback or await view(request, *args, **kwargs)
                 if not acquired:
-                    answer = guard.duplicate(submission, ctx)
-                    if isinstance(answer, HttpResponseBase):
-                        return answer
-                    responder = _duplicate_view()
-                    response = responder(request, answer)
-                    return await response if asyncio.iscoroutine(response) else response
+                    refusal = guard.refuse(request, submission, ctx)
+                    return await refusal if asyncio.iscoroutine(refusal) else refusal
                 result = None
                 try:
                     response = await view(request, *args, **kwargs)
@@ -322,10 +330,7 @@ def prevent_double_submit(
                 fallback = guard.unavailable(request, error)
                 return fallback or view(request, *args, **kwargs)
             if not acquired:
-                answer = guard.duplicate(submission, ctx)
-                if isinstance(answer, HttpResponseBase):
-                    return answer
-                return _duplicate_view()(request, answer)
+                return guard.refuse(request, submission, ctx)
             result = None
             try:
                 response = view(request, *args, **kwargs)
