@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connections
 from django.test import AsyncClient, Client
 
 from django_redis_lock import aclose_async_redis_clients, lock_contended, prevent_double_submit
@@ -126,9 +127,12 @@ def test_users_are_told_apart_by_default():
     bob = user_model.objects.create_user("bob")
 
     def send(user):
-        client = Client()
-        client.force_login(user)
-        return client.post("/order-by-user/", {"item": "book"})
+        try:
+            client = Client()
+            client.force_login(user)
+            return client.post("/order-by-user/", {"item": "book"})
+        finally:
+            connections.close_all()  # this thread's own database connection
 
     views.gate.clear()
     with ThreadPoolExecutor(3) as pool:
