@@ -30,13 +30,18 @@ from django.conf import settings
 
 from .conf import lock_settings
 
-__all__ = ["LockKeys", "lock_keys", "namespace"]
+__all__ = ["LockKeys", "lock_keys", "namespace", "readable_tag"]
 
 _READABLE = re.compile(r"[A-Za-z0-9._:/@+=-]{1,100}")
 
 
+def readable_tag(name: str) -> bool:
+    """Whether ``name`` is its own tag in the keys (else the tag is a hash of it)."""
+    return bool(_READABLE.fullmatch(name))
+
+
 def _tag(name: str) -> str:
-    if _READABLE.fullmatch(name):
+    if readable_tag(name):
         return name
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
     return "#" + digest[:32]

@@ -1,0 +1,115 @@
+"""``manage.py redis_locks``: see and free the locks held right now.
+
+    redis_locks list [--match TEXT] [--limit N] [--json]
+    redis_locks show NAME [--json]
+    redis_locks release NAME [--token TOKEN] [--yes]
+
+Exit status: 0 done; 1 the lock is not held, changed hands before the release (nothing was
+deleted), or the release was not confirmed; 2 bad usage. ``--json`` prints the fields of
+``LockInfo.as_dict()``, with stable keys, for scripts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_redis_lock import registry
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def _age(info: registry.LockInfo) -> str:
+    if info.acquired_at is None:
+        return "?"
+    seconds = (datetime.now(timezone.utc) - info.acquired_at).total_seconds()
+    return f"{max(seconds, 0):.0f}s"
+
+
+class Command(BaseCommand):
+    help = "List, show and force-release the Redis locks held right now."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        listing = actions.add_parser("list", help="the locks held now (SCAN, never KEYS)")
+        listing.add_argument("--match", help="only names containing this text")
+        listing.add_argument("--limit", type=_positive, help="at most this many")
+        listing.add_argument("--json", action="store_true", dest="as_json", help="a JSON array")
+        show = actions.add_parser("show", help="one lock's whole owner record")
+        show.add_argument("name")
+        show.add_argument("--json", action="store_true", dest="as_json", help="a JSON object")
+        release = actions.add_parser("release", help="force-release a lock")
+        release.add_argument("name")
+        release.add_argument(
+            "--token", help="release only if the lock still has this token (from list or show)"
+        )
+        release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        getattr(self, f"_{options['action']}")(**options)
+
+    def _list(
+        self, *, match: str | None, limit: int | None, as_json: bool, **options: Any
+    ) -> None:
+        locks = itertools.islice(registry.iter_locks(match=match), limit)
+        if as_json:
+            self.stdout.write(_json([info.as_dict() for info in locks]))
+            return
+        rows = [
+            (info.name, info.label or "", info.holder, _age(info), f"{info.ttl:.1f}s",
+             str(info.fencing_token or ""))
+            for info in locks
+        ]  # fmt: skip
+        header = ("NAME", "LABEL", "HOLDER", "AGE", "TTL", "FENCE")
+        widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+        for row in [header, *rows]:
+            cells = (str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+            self.stdout.write("  ".join(cells).rstrip())
+        if not rows:
+            self.stderr.write("No locks are held.")
+
+    def _show(self, *, name: str, as_json: bool, **options: Any) -> None:
+        info = self._held(name)
+        if as_json:
+            self.stdout.write(_json(info.as_dict()))
+            return
+        for field, value in info.as_dict().items():
+            self.stdout.write(f"{field:14} {'' if value is None else value}")
+
+    def _release(self, *, name: str, token: str | None, yes: bool, **options: Any) -> None:
+        if token is None:
+            info = self._held(name)
+            token = info.token
+            if not yes:
+                label = info.label or "no label"
+                question = f"Release {name!r}, held by {info.holder} ({label})? [y/N] "
+                if not sys.stdin.isatty():
+                    raise CommandError("Not released: confirm with --yes (no terminal to ask).")
+                if input(question).strip().lower() not in {"y", "yes"}:
+                    raise CommandError("Not released.")
+        if not registry.force_release(name, token, by="manage.py redis_locks"):
+            raise CommandError(
+                f"Not released: {name!r} is no longer held with token {token} (it was released "
+                "or changed hands). Nothing was deleted."
+            )
+        self.stdout.write(f"Released {name!r}.")
+
+    def _held(self, name: str) -> registry.LockInfo:
+        info = registry.get_lock(name)
+        if info is None:
+            raise CommandError(f"No lock named {name!r} is held.")
+        return info
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=True)

@@ -1,0 +1,220 @@
+"""The one reader of live locks: list them with ``SCAN``, read their records, force-release.
+
+``SCAN`` with ``MATCH`` limited to our key namespace, never ``KEYS``, and never every key in
+memory: each ``SCAN`` batch's records and TTLs are read in one pipelined round trip and yielded.
+A lock that expires between the ``SCAN`` and the read is skipped; a key in our namespace
+without a readable owner record is shown as such (``LockInfo.valid`` is False), not a crash.
+
+Only the lease keys (``...{tag}``) are listed, not their siblings (queue, wake-ups, results).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .conf import lock_settings
+from .connection import get_redis_client
+from .keys import lock_keys, namespace, readable_tag
+from .lock import Lock
+from .scripts import FORCE_RELEASE, execute, execute_many
+from .signals import lock_force_released
+
+__all__ = ["LockInfo", "force_release", "get_lock", "glob_escape", "iter_locks", "page"]
+
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+
+def glob_escape(text: str) -> str:
+    """``text`` matched literally by Redis' glob patterns (``* ? [ ] \\``)."""
+    return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """One held lock, as its record says (``valid`` is False when the record is unreadable)."""
+
+    key: str
+    name: str
+    token: str
+    ttl: float  # seconds left on the lease
+    label: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    thread: str | None = None
+    task: str | None = None
+    acquired_at: datetime | None = None  # by the Redis server's clock
+    lease: float | None = None
+    fencing_token: int | None = None
+    hold_count: int | None = None
+    valid: bool = True
+    raw: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def holder(self) -> str:
+        parts = [self.host or "?", str(self.pid or "?"), self.thread or "?"]
+        if self.task:
+            parts.append(self.task)
+        return "/".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, with stable keys (the CLI's ``--json``)."""
+        return {
+            "name": self.name,
+            "label": self.label,
+            "host": self.host,
+            "pid": self.pid,
+            "thread": self.thread,
+            "task": self.task,
+            "acquired_at": self.acquired_at.isoformat() if self.acquired_at else None,
+            "ttl": round(self.ttl, 3),
+            "lease": self.lease,
+            "fencing_token": self.fencing_token,
+            "hold_count": self.hold_count,
+            "token": self.token,
+            "key": self.key,
+            "valid": self.valid,
+        }
+
+
+def _info(key: str, record: dict[str, str], pttl: int) -> LockInfo:
+    token = record.get("token", "")
+    try:
+        owner = json.loads(record["owner"])
+        if not isinstance(owner, dict):
+            raise ValueError("not an object")
+        since = int(record["since"])
+    except (KeyError, ValueError):
+        return LockInfo(key=key, name=key, token=token, ttl=pttl / 1000, valid=False, raw=record)
+    fence = int(record.get("fence") or 0)
+    return LockInfo(
+        key=key,
+        name=str(owner.get("name", key)),
+        token=token,
+        ttl=pttl / 1000,
+        label=owner.get("label"),
+        host=owner.get("host"),
+        pid=owner.get("pid"),
+        thread=owner.get("thread"),
+        task=owner.get("task"),
+        acquired_at=datetime.fromtimestamp(since / 1000, tz=timezone.utc),
+        lease=owner.get("lease"),
+        fencing_token=fence or None,
+        hold_count=int(record.get("count") or 1),
+        raw=record,
+    )
+
+
+def _read(client: Any, keys: list[str]) -> Iterator[LockInfo]:
+    """Records and TTLs of ``keys``, in one round trip."""
+    if not keys:
+        return
+    replies = execute_many(
+        client, [command for key in keys for command in (("HGETALL", key), ("PTTL", key))]
+    )
+    for index, key in enumerate(keys):
+        record, pttl = replies[2 * index], replies[2 * index + 1]
+        if isinstance(record, Exception) or isinstance(pttl, Exception):
+            # Not a hash: someone else's key in our namespace. Show it, do not crash.
+            yield LockInfo(key=key, name=key, token="", ttl=0, valid=False)
+            continue
+        if not record or pttl == -2:  # expired between the SCAN and the read
+            continue
+        if isinstance(record, list):  # RESP2 without a response callback: flat pairs
+            record = dict(zip(record[::2], record[1::2], strict=True))
+        decoded = {_text(name): _text(value) for name, value in record.items()}
+        yield _info(key, decoded, int(pttl))
+
+
+def _patterns(match: str | None, alias: str) -> list[str]:
+    base = glob_escape(namespace(alias))
+    if not match:
+        return [base + "{*}"]
+    patterns = [base + "{#*}"]  # hashed names: matched against their records below
+    if readable_tag(match):  # a readable name containing `match` has it in its key too
+        patterns.insert(0, base + "{*" + glob_escape(match) + "*}")
+    return patterns
+
+
+def _wanted(info: LockInfo, match: str | None) -> bool:
+    return not match or match in info.name
+
+
+def page(
+    cursor: str = "0", page_size: int = 100, *, match: str | None = None, using: str | None = None
+) -> tuple[list[LockInfo], str | None]:
+    """One page of live locks: ``(items, next_cursor)``; ``next_cursor`` is None at the end.
+
+    Pages hold about ``page_size`` locks (``SCAN`` batches are not cut, so that no lock is
+    skipped between pages). ``match`` keeps the locks whose name contains it.
+    """
+    if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+        raise ValueError(f"page_size must be a positive int, not {page_size!r}.")
+    alias = using or lock_settings.CACHE_ALIAS
+    client = get_redis_client(alias)
+    patterns = _patterns(match, alias)
+    phase, _, scan_cursor = cursor.partition(":") if ":" in cursor else ("0", "", cursor)
+    try:
+        phase_index, position = int(phase), int(scan_cursor or 0)
+    except ValueError:
+        raise ValueError(f"Not a cursor from a previous page: {cursor!r}.") from None
+    items: list[LockInfo] = []
+    seen: set[str] = set()
+    while phase_index < len(patterns) and len(items) < page_size:
+        position, keys = execute(
+            client, "SCAN", position, "MATCH", patterns[phase_index], "COUNT", page_size
+        )
+        position = int(position)
+        fresh = [k for k in map(_text, keys) if k.endswith("}") and k not in seen]
+        seen.update(fresh)
+        items.extend(info for info in _read(client, fresh) if _wanted(info, match))
+        if position == 0:
+            phase_index += 1
+    if phase_index >= len(patterns):
+        return items, None
+    return items, f"{phase_index}:{position}"
+
+
+def iter_locks(
+    match: str | None = None, count: int = 500, *, using: str | None = None
+) -> Iterator[LockInfo]:
+    """Every live lock (whose name contains ``match``), ``count`` keys per ``SCAN`` batch."""
+    cursor: str | None = "0"
+    while cursor is not None:
+        items, cursor = page(cursor, count, match=match, using=using)
+        yield from items
+
+
+def get_lock(name: str, *, using: str | None = None) -> LockInfo | None:
+    """The live lock ``name``, or None when nobody holds it."""
+    alias = using or lock_settings.CACHE_ALIAS
+    key = lock_keys(name, alias).lease
+    return next(_read(get_redis_client(alias), [key]), None)
+
+
+def force_release(
+    name: str, token: str, *, using: str | None = None, by: str | None = None
+) -> bool:
+    """Delete the lock ``name`` if it still carries ``token`` (the one that was shown).
+
+    Returns False, deleting nothing, when the lock changed hands (or is gone) meanwhile. Wakes
+    the next waiter. The former holder's renewal then reports the lock lost (``LockLost``).
+    """
+    alias = using or lock_settings.CACHE_ALIAS
+    client = get_redis_client(alias)
+    key = lock_keys(name, alias).lease
+    info = next(_read(client, [key]), None)
+    if not FORCE_RELEASE(client, [key], [token]):
+        return False
+    lock_force_released.send(
+        sender=Lock, name=name, token=token, owner=info.as_dict() if info else None, by=by
+    )
+    return True
