@@ -145,6 +145,16 @@ def _byte_count(setting: str, value: Any) -> int:
     return value
 
 
+def _positive_int(setting: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSetting(
+            setting, f"must be an int, not {type(value).__name__}.", problem="type"
+        )
+    if value < 1:
+        raise InvalidSetting(setting, f"must be 1 or more, not {value}.", problem="value")
+    return value
+
+
 def _optional_callable(setting: str, value: Any) -> Callable[..., Any] | None:
     if value is None or callable(value):
         return cast("Callable[..., Any] | None", value)
@@ -247,6 +257,18 @@ SETTINGS: dict[str, Setting] = {
             "Largest response body kept to replay to duplicate submissions.",
         ),
         Setting(
+            "SHOW_ADMIN",
+            True,
+            _boolean,
+            "Show the Locks page in the Django admin.",
+        ),
+        Setting(
+            "ADMIN_PAGE_SIZE",
+            100,
+            _positive_int,
+            "Locks per page on the admin Locks page (also the SCAN batch size).",
+        ),
+        Setting(
             "CONNECTION_FACTORY",
             None,
             _optional_callable,
@@ -330,6 +352,14 @@ class LockSettings:
     @property
     def REPLAY_MAX_BYTES(self) -> int:
         return cast("int", self.get("REPLAY_MAX_BYTES"))
+
+    @property
+    def SHOW_ADMIN(self) -> bool:
+        return cast("bool", self.get("SHOW_ADMIN"))
+
+    @property
+    def ADMIN_PAGE_SIZE(self) -> int:
+        return cast("int", self.get("ADMIN_PAGE_SIZE"))
 
     @property
     def CONNECTION_FACTORY(self) -> Callable[[str], Any] | None:

@@ -1,8 +1,10 @@
+from django.contrib import admin
 from django.urls import path
 
 from . import views
 
 urlpatterns = [
+    path("admin/", admin.site.urls),
     path("order/", views.order),
     path("order-by-user/", views.order_by_user),
     path("payment/", views.payment),

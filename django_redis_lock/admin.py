@@ -1,0 +1,163 @@
+"""The admin "Locks" page: the locks held right now, read from Redis with SCAN.
+
+An unmanaged model (``models.Lock``, no table) gives the page its place on the admin index and
+its permissions: ``view_lock`` to see it, ``release_lock`` to force-release. The list is never
+read from the database: ``changelist_view`` pages through ``registry.page()``. A release goes
+through a confirmation page, is a POST (CSRF-protected), deletes a lock only if it still has
+the token that was shown, and leaves an admin ``LogEntry``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from redis.exceptions import RedisError
+
+from . import registry
+from .conf import lock_settings
+from .exceptions import LockBackendError
+from .models import Lock
+
+RELEASE_PERMISSION = "django_redis_lock.release_lock"
+
+
+def _age(info: registry.LockInfo) -> str:
+    if info.acquired_at is None:
+        return "?"
+    seconds = max(0, int((datetime.now(timezone.utc) - info.acquired_at).total_seconds()))
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {seconds:02d}s"
+
+
+class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Live locks, from Redis: list, search, detail, force-release."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_release_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm(RELEASE_PERMISSION))
+
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        view = self.admin_site.admin_view
+        return [
+            path("", view(self.changelist_view), name=f"{name}_changelist"),
+            path("show/", view(self.detail_view), name=f"{name}_detail"),
+            path("release/", view(self.release_view), name=f"{name}_release"),
+        ]
+
+    def _url(self, view: str) -> str:
+        return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_{view}")
+
+    def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": title,
+            "can_release": self.has_release_permission(request),
+            "changelist_url": self._url("changelist"),
+            "detail_url": self._url("detail"),
+            "release_url": self._url("release"),
+            **extra,
+        }
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        query = request.GET.get("q", "").strip()
+        cursor = request.GET.get("cursor", "0")
+        page_text = request.GET.get("p", "1")
+        page_number = int(page_text) if page_text.isdigit() and int(page_text) > 0 else 1
+        error = None
+        try:
+            items, next_cursor = registry.page(
+                cursor, lock_settings.ADMIN_PAGE_SIZE, match=query or None
+            )
+        except ValueError:  # a cursor from another list: start over
+            items, next_cursor, page_number = [], "0", 1
+            error = "That page is gone; start from the first one."
+        except (RedisError, LockBackendError) as exc:
+            items, next_cursor = [], None
+            error = f"Redis could not be reached: {exc}"
+        rows = [(info, _age(info)) for info in items]
+        context = self._context(
+            request,
+            "Locks held now",
+            rows=rows,
+            query=query,
+            page_number=page_number,
+            next_cursor=next_cursor,
+            error=error,
+            page_size=lock_settings.ADMIN_PAGE_SIZE,
+        )
+        return TemplateResponse(request, "admin/django_redis_lock/lock/change_list.html", context)
+
+    def detail_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        name = request.GET.get("name", "")
+        info = registry.get_lock(name) if name else None
+        context = self._context(
+            request, name or "Lock", info=info, name=name, age=_age(info) if info else None
+        )
+        return TemplateResponse(request, "admin/django_redis_lock/lock/detail.html", context)
+
+    def release_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_release_permission(request):
+            raise PermissionDenied
+        data = request.POST if request.method == "POST" else request.GET
+        chosen = []  # (name, token): the leases that were shown
+        for value in data.getlist("lock"):
+            token, _, name = value.partition(":")
+            if token and name:
+                chosen.append((name, token))
+        changelist = self._url("changelist")
+        if not chosen:
+            messages.warning(request, "No lock was selected.")
+            return HttpResponseRedirect(changelist)
+        if request.method != "POST" or data.get("confirm") != "yes":
+            infos = [(name, token, registry.get_lock(name)) for name, token in chosen]
+            context = self._context(request, "Release locks?", chosen=infos)
+            return TemplateResponse(
+                request, "admin/django_redis_lock/lock/release_confirmation.html", context
+            )
+        content_type = ContentType.objects.get_for_model(Lock, for_concrete_model=False)
+        for name, token in chosen:
+            released = registry.force_release(name, token, by=request.user.get_username())
+            if released:
+                LogEntry.objects.create(
+                    user_id=request.user.pk,
+                    content_type=content_type,
+                    object_id=name[:255],
+                    object_repr=name[:200],
+                    action_flag=DELETION,
+                    change_message=f"Force-released the lock (token {token}).",
+                )
+                messages.success(request, f"Released {name!r}.")
+            else:
+                messages.warning(
+                    request,
+                    f"{name!r} was not released: it changed hands or was released since it was "
+                    "shown. Nothing was deleted.",
+                )
+        return HttpResponseRedirect(changelist)
+
+
+if lock_settings.SHOW_ADMIN:
+    admin.site.register(Lock, LockAdmin)

@@ -1,0 +1,169 @@
+"""The admin Locks page: permissions, listing, search, detail, force-release."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from django_redis_lock import Lock, LockNotOwned
+
+CHANGELIST = "/admin/django_redis_lock/lock/"
+RELEASE = CHANGELIST + "release/"
+DETAIL = CHANGELIST + "show/"
+
+pytestmark = pytest.mark.django_db
+
+
+def staff(*permissions: str) -> Client:
+    user = User.objects.create_user(f"staff-{len(permissions)}", is_staff=True)
+    for codename in permissions:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def viewer():
+    return staff("view_lock")
+
+
+@pytest.fixture
+def releaser():
+    return staff("view_lock", "release_lock")
+
+
+def test_anonymous_goes_to_login():
+    response = Client().get(CHANGELIST)
+    assert response.status_code == 302
+    assert "/admin/login/" in response["Location"]
+
+
+def test_staff_without_permission_gets_403():
+    assert staff().get(CHANGELIST).status_code == 403
+
+
+def test_locks_entry_on_the_admin_index(viewer):
+    index = viewer.get("/admin/").content.decode()
+    assert "Redis locks" in index
+    assert CHANGELIST in index
+
+
+def test_viewer_sees_held_locks_without_release_buttons(viewer):
+    with Lock("reports:nightly", timeout=30, label="nightly report"):
+        page = viewer.get(CHANGELIST).content.decode()
+    assert "reports:nightly" in page
+    assert "nightly report" in page
+    assert "Release" not in page
+
+
+def test_empty_state(viewer):
+    page = viewer.get(CHANGELIST).content.decode()
+    assert "No locks are held right now." in page
+
+
+def test_search_and_next_page(viewer, settings):
+    settings.DJANGO_REDIS_LOCK_ADMIN_PAGE_SIZE = 5
+    locks = [Lock(f"job:{i}", timeout=30) for i in range(12)] + [Lock("other", timeout=30)]
+    for lock in locks:
+        lock.acquire()
+    seen, url = [], CHANGELIST + "?q=job:"
+    for _ in range(10):
+        response = viewer.get(url)
+        page = response.content.decode()
+        seen += [f"job:{i}" for i in range(12) if f">job:{i}<" in page]
+        assert ">other<" not in page
+        if "Next page" not in page:
+            break
+        url = CHANGELIST + page.split('class="showall" href="')[1].split('"')[0].replace(
+            "&amp;", "&"
+        )
+    assert sorted(seen) == sorted(f"job:{i}" for i in range(12))
+
+
+def test_label_is_escaped(viewer):
+    with Lock("xss", timeout=30, label="<script>alert(1)</script>"):
+        page = viewer.get(CHANGELIST).content.decode()
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_detail_shows_the_owner_record(viewer):
+    with Lock("detailed", timeout=30, label="why", fencing=True) as held:
+        page = viewer.get(DETAIL, {"name": "detailed"}).content.decode()
+        fence = held.fencing_token
+    assert "fencing_token" in page
+    assert str(fence) in page
+    assert "why" in page
+
+
+def test_release_needs_the_permission(viewer):
+    with Lock("guarded", timeout=30) as held:
+        response = viewer.post(RELEASE, {"lock": f"{held.token}:guarded", "confirm": "yes"})
+        assert response.status_code == 403
+        assert held.owned()
+
+
+def test_release_through_the_confirmation_page(releaser):
+    holder = Lock("stuck", timeout=30, label="stuck job")
+    holder.acquire()
+    listing = releaser.get(CHANGELIST).content.decode()
+    assert "Release…" in listing
+    confirm = releaser.get(RELEASE, {"lock": f"{holder.token}:stuck"})
+    assert confirm.status_code == 200
+    assert "Yes, release" in confirm.content.decode()
+    assert holder.owned()  # showing the confirmation changed nothing
+    done = releaser.post(RELEASE, {"lock": f"{holder.token}:stuck", "confirm": "yes"})
+    assert done.status_code == 302
+    assert not holder.locked()
+    entry = LogEntry.objects.get()
+    assert entry.object_repr == "stuck"
+    assert holder.token in entry.change_message
+
+
+def test_bulk_release(releaser):
+    locks = [Lock(f"bulk:{i}", timeout=30) for i in range(3)]
+    for lock in locks:
+        lock.acquire()
+    values = [f"{lock.token}:{lock.name}" for lock in locks[:2]]
+    releaser.post(RELEASE, {"lock": values, "confirm": "yes"})
+    assert [lock.locked() for lock in locks] == [False, False, True]
+
+
+def test_release_of_a_lock_that_changed_hands_deletes_nothing(releaser):
+    first = Lock("handed", timeout=30)
+    first.acquire()
+    shown_token = first.token
+    first.release()
+    second = Lock("handed", timeout=30)
+    second.acquire()
+    response = releaser.post(
+        RELEASE, {"lock": f"{shown_token}:handed", "confirm": "yes"}, follow=True
+    )
+    assert "Nothing was deleted" in response.content.decode()
+    assert second.owned()
+    assert not LogEntry.objects.exists()
+
+
+def test_csrf_is_enforced():
+    user = User.objects.create_superuser("admin", password="pw")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    with Lock("csrf", timeout=30) as held:
+        response = client.post(RELEASE, {"lock": f"{held.token}:csrf", "confirm": "yes"})
+        assert response.status_code == 403
+        assert held.owned()
+
+
+def test_superuser_can_release():
+    user = User.objects.create_superuser("root", password="pw")
+    client = Client()
+    client.force_login(user)
+    held = Lock("root-release", timeout=30)
+    held.acquire()
+    client.post(RELEASE, {"lock": f"{held.token}:root-release", "confirm": "yes"})
+    assert not held.locked()
+    with pytest.raises(LockNotOwned):  # the former holder finds out
+        held.release()
