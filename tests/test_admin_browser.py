@@ -1,0 +1,84 @@
+"""The admin Locks page in a real browser: headless Chromium driven by Playwright.
+
+Needs a Chromium binary: ``$CHROMIUM``, else ``chromium`` / ``chromium-browser`` /
+``google-chrome`` on PATH (Debian/Ubuntu: ``apt install chromium``). Without one the test is
+skipped. Set ``DJANGO_REDIS_LOCK_SCREENSHOT_DIR`` to keep the screenshot (the README's is made
+that way).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+
+from django_redis_lock import Lock
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def find_chromium() -> str | None:
+    configured = os.environ.get("CHROMIUM")
+    if configured:
+        return configured
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operator_releases_a_stuck_lock_in_the_browser(live_server, tmp_path, monkeypatch):
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("No Chromium found: `apt install chromium`, or set CHROMIUM=/path/to/it.")
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    User.objects.create_superuser("operator", password="operator-password")
+    stuck = Lock("invoices:send", timeout=300, label="send_invoices (cron, web-2)")
+    assert stuck.acquire()
+    others = [Lock(f"checkout:order-{n}", timeout=60, label="checkout") for n in (41, 42)]
+    for other in others:
+        other.acquire()
+    # Playwright's sync API runs an event loop in this thread; the ORM is not used meanwhile.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        page.goto(f"{live_server.url}/admin/login/?next=/admin/django_redis_lock/lock/")
+        page.fill("#id_username", "operator")
+        page.fill("#id_password", "operator-password")
+        page.click("input[type=submit]")
+        page.wait_for_selector("#result_list")
+        assert page.is_visible("text=invoices:send")
+        assert page.is_visible("text=send_invoices (cron, web-2)")
+        screenshot = tmp_path / "admin-locks.png"
+        page.screenshot(path=str(screenshot), full_page=True)
+
+        row = page.locator("#result_list tr", has_text="invoices:send")
+        row.locator("a.button", has_text="Release").click()
+        page.wait_for_selector("text=Yes, release")
+        page.click("input[value='Yes, release']")
+        page.wait_for_selector("ul.messagelist")
+        assert page.is_visible("text=Released 'invoices:send'.")
+        assert not page.is_visible("#result_list >> text=invoices:send")
+        browser.close()
+
+    assert not stuck.locked()
+    assert all(other.owned() for other in others)
+    keep = os.environ.get("DJANGO_REDIS_LOCK_SCREENSHOT_DIR")
+    if keep:
+        shutil.copy(screenshot, Path(keep) / "admin-locks.png")
