@@ -54,6 +54,7 @@ $(VENV)/.installed-bench: setup.cfg pyproject.toml | $(BIN)/python
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench.py
 	$(BIN)/python benchmarks/bench_views.py
+	$(BIN)/python benchmarks/bench_admin.py
 
 clean:
 	rm -rf $(VENV) .tox build dist *.egg-info example_project/.redis example_project/db.sqlite3

@@ -27,6 +27,7 @@ from .signals import lock_force_released
 __all__ = ["LockInfo", "force_release", "get_lock", "glob_escape", "iter_locks", "page"]
 
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+_MAX_SCAN_COUNT = 1000
 
 
 def glob_escape(text: str) -> str:
@@ -168,10 +169,15 @@ def page(
         raise ValueError(f"Not a cursor from a previous page: {cursor!r}.") from None
     items: list[LockInfo] = []
     seen: set[str] = set()
+    count = page_size
     while phase_index < len(patterns) and len(items) < page_size:
         position, keys = execute(
-            client, "SCAN", position, "MATCH", patterns[phase_index], "COUNT", page_size
+            client, "SCAN", position, "MATCH", patterns[phase_index], "COUNT", count
         )
+        if len(keys) < count // 4:
+            # Locks are sparse among this Redis' keys: look at more keys per call, up to a
+            # bound that keeps each SCAN short (the server is single-threaded).
+            count = min(count * 2, _MAX_SCAN_COUNT)
         position = int(position)
         fresh = [k for k in map(_text, keys) if k.endswith("}") and k not in seen]
         seen.update(fresh)
