@@ -167,3 +167,18 @@ def test_superuser_can_release():
     assert not held.locked()
     with pytest.raises(LockNotOwned):  # the former holder finds out
         held.release()
+
+
+def test_rendering_the_page_never_sends_keys(viewer, redis_client):
+    for index in range(30):
+        Lock(f"keys-check:{index}", timeout=30).acquire()
+
+    def keys_calls():
+        return redis_client.info("commandstats").get("cmdstat_keys", {}).get("calls", 0)
+
+    before = keys_calls()
+    assert viewer.get(CHANGELIST).status_code == 200
+    assert viewer.get(CHANGELIST, {"q": "keys-check:1"}).status_code == 200
+    assert viewer.get(DETAIL, {"name": "keys-check:1"}).status_code == 200
+    assert keys_calls() == before
+    assert redis_client.info("commandstats")["cmdstat_scan"]["calls"] > 0

@@ -67,6 +67,10 @@ def test_operator_releases_a_stuck_lock_in_the_browser(live_server, tmp_path, mo
         assert page.is_visible("text=send_invoices (cron, web-2)")
         screenshot = tmp_path / "admin-locks.png"
         page.screenshot(path=str(screenshot), full_page=True)
+        page.emulate_media(color_scheme="dark")  # the admin's dark theme applies to it too
+        dark = tmp_path / "admin-locks-dark.png"
+        page.screenshot(path=str(dark), full_page=True)
+        page.emulate_media(color_scheme="light")
 
         row = page.locator("#result_list tr", has_text="invoices:send")
         row.locator("a.button", has_text="Release").click()
@@ -82,3 +86,4 @@ def test_operator_releases_a_stuck_lock_in_the_browser(live_server, tmp_path, mo
     keep = os.environ.get("DJANGO_REDIS_LOCK_SCREENSHOT_DIR")
     if keep:
         shutil.copy(screenshot, Path(keep) / "admin-locks.png")
+        shutil.copy(dark, Path(keep) / "admin-locks-dark.png")
