@@ -3,6 +3,7 @@
 The public API is re-exported here; import from ``django_redis_lock``, not its modules.
 """
 
+from .cache import get_or_set_locked
 from .connection import aclose_async_redis_clients, get_async_redis_client, get_redis_client
 from .decorators import lock, locked_method, prevent_double_submit
 from .exceptions import (
@@ -16,6 +17,7 @@ from .fencing import fenced_update
 from .lock import Lock
 from .management.base import AlreadyRunning, SingleInstanceCommand, SingleInstanceMixin
 from .mixins import LockableModelMixin
+from .once import run_once
 from .signals import (
     lock_acquired,
     lock_contended,
@@ -45,6 +47,7 @@ __all__ = [
     "aclose_async_redis_clients",
     "fenced_update",
     "get_async_redis_client",
+    "get_or_set_locked",
     "get_redis_client",
     "lock",
     "lock_acquired",
@@ -54,4 +57,5 @@ __all__ = [
     "lock_released",
     "locked_method",
     "prevent_double_submit",
+    "run_once",
 ]
