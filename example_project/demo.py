@@ -64,8 +64,14 @@ def main(argv: list[str] | None = None) -> int:
 
         if _manage("migrate", "--noinput", "-v", "0", env=env).wait() != 0:
             return 1
+        if _manage("ensure_demo_superuser", env=env).wait() != 0:
+            return 1
         stops = "the site and its Redis" if server is not None else "the site"
         print(f"demo: serving http://{options.addr}/  (Ctrl-C stops {stops})")
+        print(f"demo: admin at http://{options.addr}/admin/ (user demo, password demo)")
+        manage = f"REDIS_URL={env['REDIS_URL']} python example_project/manage.py"
+        print(f"demo: in another terminal, try:  {manage} buy_last_items")
+        print(f"demo:                           {manage} send_invoices   (twice, at once)")
         extra = ["--noreload"] if options.noreload else []
         # Its own session, so that we can stop the auto-reloader *and* its child together.
         runserver = _manage("runserver", options.addr, *extra, env=env, start_new_session=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.cookiejar
 import os
 import queue
 import re
@@ -11,7 +12,9 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -154,3 +157,72 @@ def test_example_project_passes_its_checks(tmp_path, redis_url):
     )
     assert result.returncode == 0, result.stderr
     assert "no issues" in result.stdout
+
+
+def example_manage(tmp_path, redis_url, *args, **popen):
+    env = demo_env(tmp_path, REDIS_URL=redis_url)
+    return subprocess.run(
+        [sys.executable, str(EXAMPLE / "manage.py"), *args],
+        env=env, capture_output=True, text=True, timeout=300, cwd=EXAMPLE, **popen,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def migrated(tmp_path, redis_url):
+    result = example_manage(tmp_path, redis_url, "migrate", "--noinput")
+    assert result.returncode == 0, result.stderr
+    return tmp_path
+
+
+def test_buying_the_last_items_from_several_processes_oversells_nothing(migrated, redis_url):
+    result = example_manage(
+        migrated, redis_url, "buy_last_items", "--processes", "4", "--stock", "12"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "left: 0, orders: 12" in result.stdout
+    assert "oversold: 0" in result.stdout
+
+
+def test_send_invoices_runs_once_at_a_time(migrated, redis_url):
+    env = demo_env(migrated, REDIS_URL=redis_url)
+    command = [sys.executable, str(EXAMPLE / "manage.py"), "send_invoices", "--seconds", "20"]
+    with subprocess.Popen(
+        command, env=env, cwd=EXAMPLE, stdout=subprocess.PIPE, text=True
+    ) as first:
+        assert "Sending invoices" in first.stdout.readline()
+        second = example_manage(migrated, redis_url, "send_invoices", "--seconds", "0")
+        first.terminate()
+        first.communicate(timeout=30)
+    assert second.returncode == 75
+    assert str(first.pid) in second.stderr
+
+
+def test_demo_double_click_makes_one_order(run_demo):
+    demo = run_demo("--noreload")
+    demo.wait_for_line(r"serving http://")
+    assert demo.get("shop/")[0] == 200  # up
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    page = opener.open(demo.url + "shop/", timeout=30).read().decode()  # and the CSRF cookie
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    product = re.search(r'name="product" value="(\d+)"', page).group(1)
+    body = urllib.parse.urlencode(
+        {"csrfmiddlewaretoken": token, "product": product, "quantity": 1}
+    ).encode()
+
+    def order():
+        request = urllib.request.Request(
+            demo.url + "shop/checkout/", body,
+            headers={"Accept": "application/json", "Referer": demo.url + "shop/"},
+        )  # fmt: skip
+        try:
+            with opener.open(request, timeout=30) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    with ThreadPoolExecutor(2) as pool:
+        statuses = sorted(pool.map(lambda _: order(), range(2)))
+    assert statuses == [201, 409]
+    _, page = demo.get("shop/")
+    assert 'id="order-count">1<' in page

@@ -21,6 +21,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_redis_lock",
+    "shop",
 ]
 
 MIDDLEWARE = [
@@ -70,6 +71,9 @@ CACHES = {
 }
 
 DJANGO_REDIS_LOCK_TIMEOUT = 30
+
+# The demo creates an admin user demo / demo (`manage.py ensure_demo_superuser`): demo only.
+DEMO_SUPERUSER = os.environ.get("DEMO_SUPERUSER", "1") == "1"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
