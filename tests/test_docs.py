@@ -24,3 +24,13 @@ def test_every_check_id_is_documented():
     in_code = set(re.findall(r"django_redis_lock\.[EW]\d{3}", checks.__doc__ or ""))
     assert in_code
     assert documented == in_code
+
+
+def test_relative_links_resolve():
+    root = DOCS.parent
+    broken = []
+    for page in [root / "README.md", *DOCS.glob("*.md")]:
+        for target in re.findall(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if not (page.parent / target).exists():
+                broken.append(f"{page.name}: {target}")
+    assert broken == []
