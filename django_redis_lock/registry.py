@@ -149,30 +149,50 @@ def _wanted(info: LockInfo, match: str | None) -> bool:
     return not match or match in info.name
 
 
+def _scan_targets(client: Any) -> list[Any]:
+    """The plain clients to SCAN: the client itself, or each primary of a Redis Cluster."""
+    if hasattr(client, "get_primaries"):
+        return [client.get_redis_connection(node) for node in client.get_primaries()]
+    return [client]
+
+
+def _client_for_key(client: Any, key: str) -> Any:
+    if hasattr(client, "get_node_from_key"):
+        return client.get_redis_connection(client.get_node_from_key(key))
+    return client
+
+
 def page(
     cursor: str = "0", page_size: int = 100, *, match: str | None = None, using: str | None = None
 ) -> tuple[list[LockInfo], str | None]:
     """One page of live locks: ``(items, next_cursor)``; ``next_cursor`` is None at the end.
 
     Pages hold about ``page_size`` locks (``SCAN`` batches are not cut, so that no lock is
-    skipped between pages). ``match`` keeps the locks whose name contains it.
+    skipped between pages). ``match`` keeps the locks whose name contains it. On Redis Cluster
+    every primary is scanned in turn.
     """
     if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
         raise ValueError(f"page_size must be a positive int, not {page_size!r}.")
     alias = using or lock_settings.CACHE_ALIAS
-    client = get_redis_client(alias)
+    targets = _scan_targets(get_redis_client(alias))
     patterns = _patterns(match, alias)
-    phase, _, scan_cursor = cursor.partition(":") if ":" in cursor else ("0", "", cursor)
+    parts = cursor.split(":")
     try:
-        phase_index, position = int(phase), int(scan_cursor or 0)
+        if len(parts) == 1:
+            target_index, phase_index, position = 0, 0, int(parts[0])
+        elif len(parts) == 3:
+            target_index, phase_index, position = map(int, parts)
+        else:
+            raise ValueError(cursor)
     except ValueError:
         raise ValueError(f"Not a cursor from a previous page: {cursor!r}.") from None
     items: list[LockInfo] = []
     seen: set[str] = set()
     count = page_size
-    while phase_index < len(patterns) and len(items) < page_size:
+    while target_index < len(targets) and len(items) < page_size:
+        target = targets[target_index]
         position, keys = execute(
-            client, "SCAN", position, "MATCH", patterns[phase_index], "COUNT", count
+            target, "SCAN", position, "MATCH", patterns[phase_index], "COUNT", count
         )
         if len(keys) < count // 4:
             # Locks are sparse among this Redis' keys: look at more keys per call, up to a
@@ -181,12 +201,14 @@ def page(
         position = int(position)
         fresh = [k for k in map(_text, keys) if k.endswith("}") and k not in seen]
         seen.update(fresh)
-        items.extend(info for info in _read(client, fresh) if _wanted(info, match))
-        if position == 0:
+        items.extend(info for info in _read(target, fresh) if _wanted(info, match))
+        if position == 0:  # this pattern is done on this server: the next, or the next server
             phase_index += 1
-    if phase_index >= len(patterns):
+            if phase_index == len(patterns):
+                target_index, phase_index = target_index + 1, 0
+    if target_index >= len(targets):
         return items, None
-    return items, f"{phase_index}:{position}"
+    return items, f"{target_index}:{phase_index}:{position}"
 
 
 def iter_locks(
@@ -203,7 +225,7 @@ def get_lock(name: str, *, using: str | None = None) -> LockInfo | None:
     """The live lock ``name``, or None when nobody holds it."""
     alias = using or lock_settings.CACHE_ALIAS
     key = lock_keys(name, alias).lease
-    return next(_read(get_redis_client(alias), [key]), None)
+    return next(_read(_client_for_key(get_redis_client(alias), key), [key]), None)
 
 
 def force_release(
@@ -217,7 +239,7 @@ def force_release(
     alias = using or lock_settings.CACHE_ALIAS
     client = get_redis_client(alias)
     key = lock_keys(name, alias).lease
-    info = next(_read(client, [key]), None)
+    info = next(_read(_client_for_key(client, key), [key]), None)
     if not FORCE_RELEASE(client, [key], [token]):
         return False
     lock_force_released.send(

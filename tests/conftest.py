@@ -94,3 +94,66 @@ def redis_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         yield servers.start
     finally:
         servers.stop_all()
+
+
+class _Cluster:
+    """A Redis Cluster of private servers on loopback, slots split evenly between them."""
+
+    def __init__(self, servers: list[EmbeddedRedis]) -> None:
+        self.servers = servers
+
+    @property
+    def startup_url(self) -> str:
+        return self.servers[0].url
+
+    def client(self) -> Any:
+        from redis.cluster import RedisCluster
+
+        return RedisCluster.from_url(self.startup_url)
+
+
+@pytest.fixture(scope="session")
+def _session_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Cluster]:
+    """Three primaries in cluster mode, slots assigned, gossip settled (once per session)."""
+    import time
+
+    pool = _Servers(lambda: tmp_path_factory.mktemp("cluster"))
+    servers = [
+        pool.start(
+            args=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                  "--cluster-node-timeout", "2000"]
+        )
+        for _ in range(3)
+    ]  # fmt: skip
+    clients = [redis.Redis.from_url(server.url) for server in servers]
+    total = 16384
+    for index, client in enumerate(clients):
+        first, last = index * total // 3, (index + 1) * total // 3
+        client.execute_command("CLUSTER", "ADDSLOTS", *range(first, last))
+    for client in clients[1:]:
+        client.execute_command("CLUSTER", "MEET", servers[0].host, servers[0].port)
+    deadline = time.monotonic() + 30
+    while any(
+        client.execute_command("CLUSTER", "INFO").decode().find("cluster_state:ok") < 0
+        or len(client.execute_command("CLUSTER", "NODES").decode().strip().splitlines()) < 3
+        for client in clients
+    ):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test cluster did not settle")
+        time.sleep(0.05)  # gossip has no event to wait on: a bounded readiness probe
+    for client in clients:
+        client.close()
+    try:
+        yield _Cluster(servers)
+    finally:
+        pool.stop_all()
+
+
+@pytest.fixture
+def redis_cluster(_session_cluster: _Cluster) -> _Cluster:
+    """The test cluster, every node emptied for this test."""
+    for server in _session_cluster.servers:
+        client = redis.Redis.from_url(server.url)
+        client.flushall()
+        client.close()
+    return _session_cluster

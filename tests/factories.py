@@ -16,3 +16,13 @@ def client_from_cache_location(alias: str) -> redis.Redis:
 
 def not_a_client(alias: str) -> object:
     return object()
+
+
+cluster_url: list[str] = []
+
+
+def cluster_client(alias: str):
+    """A RedisCluster client for the test cluster (tests set ``cluster_url``)."""
+    from redis.cluster import RedisCluster
+
+    return RedisCluster.from_url(cluster_url[0])

@@ -1,0 +1,85 @@
+"""Everything on a real 3-primary Redis Cluster, through DJANGO_REDIS_LOCK_CONNECTION_FACTORY."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from redis.cluster import RedisCluster
+
+from django_redis_lock import Lock, LockLost, get_redis_client, registry
+from django_redis_lock.keys import lock_keys
+from tests import factories
+
+
+@pytest.fixture
+def on_cluster(settings, redis_cluster):
+    factories.cluster_url[:] = [redis_cluster.startup_url]
+    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.factories.cluster_client"
+    client = get_redis_client()
+    assert isinstance(client, RedisCluster)
+    yield client
+    client.close()
+
+
+def test_lock_keys_share_one_slot(on_cluster):
+    keys = lock_keys("orders:42", "default")
+    slots = {
+        on_cluster.keyslot(key)
+        for key in (keys.lease, keys.queue, keys.deadlines, keys.fence, keys.wake("t"))
+    }
+    assert len(slots) == 1
+
+
+def test_acquire_release_wait_fencing_reentry(on_cluster):
+    names = [f"cluster:{index}" for index in range(30)]  # spread over the three primaries
+    for name in names:
+        with (
+            Lock(name, timeout=10, fencing=True, reentrant=True) as held,
+            Lock(name, reentrant=True, timeout=10),
+        ):
+            assert held.fencing_token
+    assert not any(Lock(name).locked() for name in names)
+
+
+def test_waiter_is_woken_by_the_release(on_cluster):
+    holder = Lock("cluster:wait", timeout=10)
+    holder.acquire()
+    got_it = threading.Event()
+    waiter = threading.Thread(
+        target=lambda: Lock("cluster:wait", wait=5).acquire() and got_it.set()
+    )
+    waiter.start()
+    while not on_cluster.exists(lock_keys("cluster:wait", "default").queue):
+        got_it.wait(0.01)
+    holder.release()
+    assert got_it.wait(5)
+    waiter.join()
+
+
+def test_renewal_and_loss(on_cluster, settings):
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    with pytest.raises(LockLost), Lock("cluster:renew") as held:
+        held_for = threading.Event()
+        held_for.wait(0.9)  # three leases: renewed on the cluster
+        assert held.owned()
+        on_cluster.delete(lock_keys("cluster:renew", "default").lease)
+        threading.Event().wait(0.5)
+        assert held.lost
+
+
+def test_registry_scans_every_primary(on_cluster):
+    names = [f"listed:{index}" for index in range(40)]
+    locks = [Lock(name, timeout=30) for name in names]
+    for lock in locks:
+        lock.acquire()
+    nodes = {on_cluster.get_node_from_key(lock_keys(name, "default").lease).name for name in names}
+    assert len(nodes) == 3  # the locks really are spread out
+    assert sorted(info.name for info in registry.iter_locks()) == sorted(names)
+    seen, cursor = [], "0"
+    while cursor is not None:
+        items, cursor = registry.page(cursor, 7)
+        seen += [info.name for info in items]
+    assert sorted(seen) == sorted(names)
+    assert registry.force_release("listed:3", locks[3].token)
+    assert not locks[3].locked()
