@@ -198,10 +198,13 @@ class _SubmissionGuard:
         """Why a request that did not get the lock is not run, or the response to replay."""
         if ctx.result is None:  # the first one is still running
             holder = submission.lock._not_acquired(ctx)
+            # Its lease (renewed, 30 s by default) says little about when it ends; a retry
+            # after `hold` seconds is answered from its result if it finished by then.
+            wait = min(holder.ttl, submission.keep) if holder.ttl else submission.keep
             return submissions.DuplicateSubmission(
                 "The same submission is being processed.",
                 status=409,
-                retry_after=submissions.retry_after(holder.ttl),
+                retry_after=submissions.retry_after(wait),
             )
         finished = submissions.Finished.loads(ctx.result)
         if submission.idempotent and finished.fingerprint != submission.fingerprint:

@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         stops = "the site and its Redis" if server is not None else "the site"
         print(f"demo: serving http://{options.addr}/  (Ctrl-C stops {stops})")
         print(f"demo: admin at http://{options.addr}/admin/ (user demo, password demo)")
-        manage = f"REDIS_URL={env['REDIS_URL']} python example_project/manage.py"
+        python = os.path.relpath(sys.executable)
+        manage = f"REDIS_URL={env['REDIS_URL']} {python} example_project/manage.py"
         print(f"demo: in another terminal, try:  {manage} buy_last_items")
         print(f"demo:                           {manage} send_invoices   (twice, at once)")
         extra = ["--noreload"] if options.noreload else []
