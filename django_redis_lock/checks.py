@@ -55,14 +55,25 @@ def check_settings(
     return messages
 
 
+def _closest(typo: str) -> list[str]:
+    """The valid setting ``typo`` most likely meant (compared without the shared prefix,
+    which would make every name look close)."""
+    # A name inside the other beats spelling: DEFAULT_TIMEOUT meant TIMEOUT (extra words),
+    # PREFIX meant KEY_PREFIX (missing words).
+    inside = [name for name in SETTINGS if name in typo]
+    if inside:
+        return [max(inside, key=len)]
+    around = [name for name in SETTINGS if typo in name]
+    if around:
+        return [min(around, key=len)]
+    return difflib.get_close_matches(typo, list(SETTINGS), n=1, cutoff=0.6)
+
+
 def _unknown_settings(names: Iterable[str]) -> list[CheckMessage]:
     known = [setting.full_name for setting in SETTINGS.values()]
     warnings: list[CheckMessage] = []
     for name in sorted(set(names) - set(known)):
-        # Compare without the shared prefix, which would make every name look close.
-        close = difflib.get_close_matches(
-            name.removeprefix(PREFIX), list(SETTINGS), n=1, cutoff=0.6
-        )
+        close = _closest(name.removeprefix(PREFIX))
         hint = (
             f"Did you mean {PREFIX}{close[0]}?"
             if close

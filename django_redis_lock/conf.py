@@ -145,6 +145,16 @@ def _byte_count(setting: str, value: Any) -> int:
     return value
 
 
+def _non_negative_int(setting: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSetting(
+            setting, f"must be an int, not {type(value).__name__}.", problem="type"
+        )
+    if value < 0:
+        raise InvalidSetting(setting, f"must be 0 or more, not {value}.", problem="value")
+    return value
+
+
 def _positive_int(setting: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidSetting(
@@ -269,6 +279,18 @@ SETTINGS: dict[str, Setting] = {
             "Locks per page on the admin Locks page (also the SCAN batch size).",
         ),
         Setting(
+            "MIN_REPLICAS",
+            0,
+            _non_negative_int,
+            "Replicas that must confirm an acquisition (WAIT) before it counts; 0: none.",
+        ),
+        Setting(
+            "REPLICA_TIMEOUT",
+            0.5,
+            _seconds(allow_zero=False),
+            "Longest wait, in seconds, for MIN_REPLICAS to confirm an acquisition.",
+        ),
+        Setting(
             "CONNECTION_FACTORY",
             None,
             _optional_callable,
@@ -360,6 +382,14 @@ class LockSettings:
     @property
     def ADMIN_PAGE_SIZE(self) -> int:
         return cast("int", self.get("ADMIN_PAGE_SIZE"))
+
+    @property
+    def MIN_REPLICAS(self) -> int:
+        return cast("int", self.get("MIN_REPLICAS"))
+
+    @property
+    def REPLICA_TIMEOUT(self) -> float:
+        return cast("float", self.get("REPLICA_TIMEOUT"))
 
     @property
     def CONNECTION_FACTORY(self) -> Callable[[str], Any] | None:

@@ -34,6 +34,7 @@ from numbers import Real
 from types import TracebackType
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError
 
 from . import signals
@@ -74,6 +75,10 @@ def _seconds(value: Any, what: str, *, allow_zero: bool, allow_inf: bool) -> flo
         bound = "zero or more" if allow_zero else "more than zero"
         raise ValueError(f"{what} must be {bound} seconds, not {value!r}.")
     return seconds
+
+
+def _granted(result: Any) -> bool:
+    return bool(result[0] == 1)
 
 
 def _current_owner() -> object:
@@ -400,6 +405,25 @@ class Lock:
         return [ctx.token, lease_ms, ctx.record, mode, flags, int(liveness * 1000), ctx.nonce]
 
     @staticmethod
+    def _replicas(client: Any) -> tuple[int, int]:
+        """(replicas that must confirm an acquisition, ms to wait for them)."""
+        replicas = lock_settings.MIN_REPLICAS
+        if replicas and not hasattr(client, "connection_pool"):
+            raise ImproperlyConfigured(
+                "DJANGO_REDIS_LOCK_MIN_REPLICAS is not supported with a Redis Cluster client yet."
+            )
+        return replicas, max(1, int(lock_settings.REPLICA_TIMEOUT * 1000))
+
+    def _unconfirmed(self, acknowledged: int, replicas: int) -> LockBackendError:
+        return LockBackendError(
+            f"Lock {self._name!r} was taken on the primary but only {acknowledged} of the "
+            f"{replicas} replicas required (DJANGO_REDIS_LOCK_MIN_REPLICAS) confirmed it within "
+            f"{lock_settings.REPLICA_TIMEOUT}s, so it was released again: a failover now could "
+            "have handed it to a second holder.",
+            name=self._name,
+        )
+
+    @staticmethod
     def _contention_observed() -> bool:
         # `receivers`, not has_listeners(): this runs on every first attempt, and only a cheap
         # "maybe" is needed (a stale weak receiver costs one HGET).
@@ -574,7 +598,17 @@ class Lock:
         client = get_redis_client(ctx.alias)
         try:
             while True:
-                result = ACQUIRE(client, [ctx.keys.lease], self._attempt_args(ctx))
+                replicas, timeout_ms = self._replicas(client)
+                if replicas:
+                    result, acknowledged = ACQUIRE.call_acknowledged(
+                        client, [ctx.keys.lease], self._attempt_args(ctx), replicas, timeout_ms,
+                        wanted=_granted,
+                    )  # fmt: skip
+                    if _granted(result) and acknowledged < replicas:
+                        RELEASE(client, [ctx.keys.lease], [ctx.token, int(self._reentrant)])
+                        raise self._unconfirmed(acknowledged, replicas)
+                else:
+                    result = ACQUIRE(client, [ctx.keys.lease], self._attempt_args(ctx))
                 outcome = self._step(ctx, result)
                 if outcome is not None:
                     return outcome
@@ -734,7 +768,19 @@ class Lock:
         client = get_async_redis_client(ctx.alias)
         try:
             while True:
-                result = await ACQUIRE.acall(client, [ctx.keys.lease], self._attempt_args(ctx))
+                replicas, timeout_ms = self._replicas(client)
+                if replicas:
+                    result, acknowledged = await ACQUIRE.acall_acknowledged(
+                        client, [ctx.keys.lease], self._attempt_args(ctx), replicas, timeout_ms,
+                        wanted=_granted,
+                    )  # fmt: skip
+                    if _granted(result) and acknowledged < replicas:
+                        await RELEASE.acall(
+                            client, [ctx.keys.lease], [ctx.token, int(self._reentrant)]
+                        )
+                        raise self._unconfirmed(acknowledged, replicas)
+                else:
+                    result = await ACQUIRE.acall(client, [ctx.keys.lease], self._attempt_args(ctx))
                 outcome = self._step(ctx, result)
                 if outcome is not None:
                     return outcome

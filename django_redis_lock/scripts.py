@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
@@ -84,6 +84,62 @@ def execute(client: Any, *args: Any) -> Any:
         raise
     finally:
         pool.release(connection)
+
+
+def execute_acknowledged(
+    client: Any,
+    command: Sequence[Any],
+    replicas: int,
+    timeout_ms: int,
+    wanted: Callable[[Any], bool],
+) -> tuple[Any, int]:
+    """:func:`execute`, then, if ``wanted(reply)``, ``WAIT replicas timeout_ms`` on the same
+    connection (``WAIT`` counts the replicas that have this connection's writes). Returns the
+    reply and the number of replicas that acknowledged (-1 when not asked)."""
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        connection.send_packed_command([_pack(command)])
+        reply = connection.read_response()
+        acknowledged = -1
+        if wanted(reply):
+            connection.send_packed_command([_pack(("WAIT", replicas, timeout_ms))])
+            acknowledged = int(connection.read_response())
+        return reply, acknowledged
+    except ResponseError:
+        raise
+    except BaseException:
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(connection)
+
+
+async def aexecute_acknowledged(
+    client: Any,
+    command: Sequence[Any],
+    replicas: int,
+    timeout_ms: int,
+    wanted: Callable[[Any], bool],
+) -> tuple[Any, int]:
+    """:func:`execute_acknowledged` for a ``redis.asyncio`` client."""
+    pool = client.connection_pool
+    connection = await pool.get_connection()
+    try:
+        await connection.send_packed_command([_pack(command)])
+        reply = await connection.read_response()
+        acknowledged = -1
+        if wanted(reply):
+            await connection.send_packed_command([_pack(("WAIT", replicas, timeout_ms))])
+            acknowledged = int(await connection.read_response())
+        return reply, acknowledged
+    except ResponseError:
+        raise
+    except BaseException:
+        await connection.disconnect()
+        raise
+    finally:
+        await pool.release(connection)
 
 
 def execute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
@@ -196,6 +252,30 @@ class Script:
         except NoScriptError:
             execute(client, "SCRIPT", "LOAD", self.source)
             return execute(client, "EVALSHA", self.sha, len(keys), *keys, *args)
+
+    def call_acknowledged(
+        self, client: Any, keys: Sequence[str], args: Sequence[Any], replicas: int,
+        timeout_ms: int, wanted: Callable[[Any], bool],
+    ) -> tuple[Any, int]:  # fmt: skip
+        """The script, then ``WAIT`` for ``replicas`` if ``wanted(reply)``: see
+        :func:`execute_acknowledged`."""
+        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
+        try:
+            return execute_acknowledged(client, command, replicas, timeout_ms, wanted)
+        except NoScriptError:
+            execute(client, "SCRIPT", "LOAD", self.source)
+            return execute_acknowledged(client, command, replicas, timeout_ms, wanted)
+
+    async def acall_acknowledged(
+        self, client: Any, keys: Sequence[str], args: Sequence[Any], replicas: int,
+        timeout_ms: int, wanted: Callable[[Any], bool],
+    ) -> tuple[Any, int]:  # fmt: skip
+        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
+        try:
+            return await aexecute_acknowledged(client, command, replicas, timeout_ms, wanted)
+        except NoScriptError:
+            await aexecute(client, "SCRIPT", "LOAD", self.source)
+            return await aexecute_acknowledged(client, command, replicas, timeout_ms, wanted)
 
     async def acall(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
