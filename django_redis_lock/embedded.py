@@ -111,9 +111,13 @@ class EmbeddedRedis:
         port: int | None = None,
         directory: str | os.PathLike[str] | None = None,
         args: Sequence[str] = (),
+        sentinel: Sequence[str] = (),
         die_with_parent: bool = True,
     ) -> None:
         self.binary = binary or find_redis_server()
+        # Sentinel mode: these lines ("sentinel monitor ...") go into its config file, which a
+        # Sentinel needs and rewrites as it learns the topology.
+        self.sentinel = list(sentinel)
         self.host = host
         self.port = port
         self.args = list(args)
@@ -172,17 +176,21 @@ class EmbeddedRedis:
         )
 
     def _spawn(self) -> None:
-        command = [
-            self.binary,
-            "--bind", self.host,
-            "--port", str(self.port),
-            "--dir", str(self.directory),
-            "--logfile", str(self.logfile),
-            "--save", "",
-            "--appendonly", "no",
-            "--daemonize", "no",
-            *self.args,
-        ]  # fmt: skip
+        if self.sentinel:
+            config = self.directory / "sentinel.conf"
+            if not config.exists():  # a restart keeps what the Sentinel learned
+                config.write_text("".join(f"{line}\n" for line in self.sentinel))
+            command = [
+                self.binary, str(config), "--sentinel",
+                "--bind", self.host,
+                "--port", str(self.port),
+                "--dir", str(self.directory),
+                "--logfile", str(self.logfile),
+                "--daemonize", "no",
+                *self.args,
+            ]  # fmt: skip
+        else:
+            command = self._server_command()
         self._process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -193,6 +201,19 @@ class EmbeddedRedis:
             start_new_session=True,
             preexec_fn=_die_with_parent if self._die_with_parent else None,
         )
+
+    def _server_command(self) -> list[str]:
+        return [
+            self.binary,
+            "--bind", self.host,
+            "--port", str(self.port),
+            "--dir", str(self.directory),
+            "--logfile", str(self.logfile),
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            *self.args,
+        ]  # fmt: skip
 
     def _wait_until_ready(self) -> bool:
         assert self._process is not None
