@@ -20,8 +20,9 @@ deadline passes; live waiters refresh it every time they look again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
@@ -60,6 +61,40 @@ def _pack(args: Sequence[Any]) -> bytes:
     return b"".join(parts)
 
 
+@contextlib.contextmanager
+def _borrowed(client: Any) -> Iterator[Any]:
+    """A connection of ``client``'s pool for a few commands, given back afterwards."""
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        yield connection
+    except ResponseError:
+        raise  # a complete error reply: the connection is still in step
+    except BaseException:
+        # Timeout, dropped connection, or an interrupt in the middle of a blocking command:
+        # a reply may still be on its way, so this connection must not be reused.
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(connection)
+
+
+@contextlib.asynccontextmanager
+async def _aborrowed(client: Any) -> AsyncIterator[Any]:
+    """:func:`_borrowed` for a ``redis.asyncio`` client."""
+    pool = client.connection_pool
+    connection = await pool.get_connection()
+    try:
+        yield connection
+    except ResponseError:
+        raise
+    except BaseException:
+        await connection.disconnect()
+        raise
+    finally:
+        await pool.release(connection)
+
+
 def execute(client: Any, *args: Any) -> Any:
     """Send one command on a connection of ``client``'s pool, once, and return the raw reply.
 
@@ -71,19 +106,9 @@ def execute(client: Any, *args: Any) -> Any:
     pool = getattr(client, "connection_pool", None)
     if pool is None:  # e.g. RedisCluster: it routes by key and handles MOVED itself
         return client.execute_command(*args)
-    connection = pool.get_connection()
-    try:
+    with _borrowed(client) as connection:
         connection.send_packed_command([_pack(args)])
         return connection.read_response()
-    except ResponseError:
-        raise  # a complete error reply: the connection is still in step
-    except BaseException:
-        # Timeout, dropped connection, or an interrupt in the middle of a blocking command:
-        # a reply may still be on its way, so this connection must not be reused.
-        connection.disconnect()
-        raise
-    finally:
-        pool.release(connection)
 
 
 def execute_acknowledged(
@@ -96,9 +121,7 @@ def execute_acknowledged(
     """:func:`execute`, then, if ``wanted(reply)``, ``WAIT replicas timeout_ms`` on the same
     connection (``WAIT`` counts the replicas that have this connection's writes). Returns the
     reply and the number of replicas that acknowledged (-1 when not asked)."""
-    pool = client.connection_pool
-    connection = pool.get_connection()
-    try:
+    with _borrowed(client) as connection:
         connection.send_packed_command([_pack(command)])
         reply = connection.read_response()
         acknowledged = -1
@@ -106,13 +129,6 @@ def execute_acknowledged(
             connection.send_packed_command([_pack(("WAIT", replicas, timeout_ms))])
             acknowledged = int(connection.read_response())
         return reply, acknowledged
-    except ResponseError:
-        raise
-    except BaseException:
-        connection.disconnect()
-        raise
-    finally:
-        pool.release(connection)
 
 
 async def aexecute_acknowledged(
@@ -123,9 +139,7 @@ async def aexecute_acknowledged(
     wanted: Callable[[Any], bool],
 ) -> tuple[Any, int]:
     """:func:`execute_acknowledged` for a ``redis.asyncio`` client."""
-    pool = client.connection_pool
-    connection = await pool.get_connection()
-    try:
+    async with _aborrowed(client) as connection:
         await connection.send_packed_command([_pack(command)])
         reply = await connection.read_response()
         acknowledged = -1
@@ -133,13 +147,6 @@ async def aexecute_acknowledged(
             await connection.send_packed_command([_pack(("WAIT", replicas, timeout_ms))])
             acknowledged = int(await connection.read_response())
         return reply, acknowledged
-    except ResponseError:
-        raise
-    except BaseException:
-        await connection.disconnect()
-        raise
-    finally:
-        await pool.release(connection)
 
 
 def execute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
@@ -147,21 +154,14 @@ def execute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
 
     Error replies are returned in place, as exception instances, not raised.
     """
-    pool = client.connection_pool
-    connection = pool.get_connection()
-    try:
+    replies = []
+    with _borrowed(client) as connection:
         connection.send_packed_command([b"".join(_pack(command) for command in commands)])
-        replies = []
         for _ in commands:
             try:
                 replies.append(connection.read_response())
             except ResponseError as error:  # a complete error reply: still in step
                 replies.append(error)
-    except BaseException:
-        connection.disconnect()  # as in execute()
-        raise
-    finally:
-        pool.release(connection)
     return replies
 
 
@@ -183,11 +183,9 @@ def _blpop_timeouts(seconds: float, exact: bool) -> tuple[float, float]:
 def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> bool:
     """Block until something is pushed on ``key`` (True) or ``seconds`` pass (False)."""
     server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
-    pool = getattr(client, "connection_pool", None)
-    if pool is None:
+    if not hasattr(client, "connection_pool"):  # Cluster: routed by key, the server's timeout
         return execute(client, "BLPOP", key, seconds) is not None
-    connection = pool.get_connection()
-    try:
+    with _borrowed(client) as connection:
         connection.send_packed_command([_pack(("BLPOP", key, server_timeout))])
         if connection.can_read(timeout=client_timeout):
             return connection.read_response() is not None
@@ -195,19 +193,12 @@ def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) 
         # wake-up popped just now is not lost: the caller asks the queue again either way.
         connection.disconnect()
         return False
-    except BaseException:
-        connection.disconnect()
-        raise
-    finally:
-        pool.release(connection)
 
 
 async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> bool:
     """:func:`wait_for_wake` for a ``redis.asyncio`` client."""
     server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
-    pool = client.connection_pool
-    connection = await pool.get_connection()
-    try:
+    async with _aborrowed(client) as connection:
         await connection.send_packed_command([_pack(("BLPOP", key, server_timeout))])
         try:
             reply = await asyncio.wait_for(connection.read_response(), client_timeout)
@@ -215,27 +206,13 @@ async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = Tru
             await connection.disconnect()
             return False
         return reply is not None
-    except BaseException:
-        await connection.disconnect()
-        raise
-    finally:
-        await pool.release(connection)
 
 
 async def aexecute(client: Any, *args: Any) -> Any:
     """:func:`execute` for a ``redis.asyncio`` client."""
-    pool = client.connection_pool
-    connection = await pool.get_connection()
-    try:
+    async with _aborrowed(client) as connection:
         await connection.send_packed_command([_pack(args)])
         return await connection.read_response()
-    except ResponseError:
-        raise
-    except BaseException:
-        await connection.disconnect()
-        raise
-    finally:
-        await pool.release(connection)
 
 
 class Script:
