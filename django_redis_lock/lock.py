@@ -606,6 +606,8 @@ class Lock:
                     )  # fmt: skip
                     if _granted(result) and acknowledged < replicas:
                         RELEASE(client, [ctx.keys.lease], [ctx.token, int(self._reentrant)])
+                        # Perhaps a stale primary after a failover: ask again where it is.
+                        client.connection_pool.disconnect()  # type: ignore[union-attr]  # Cluster: see _replicas
                         raise self._unconfirmed(acknowledged, replicas)
                 else:
                     result = ACQUIRE(client, [ctx.keys.lease], self._attempt_args(ctx))
@@ -778,6 +780,7 @@ class Lock:
                         await RELEASE.acall(
                             client, [ctx.keys.lease], [ctx.token, int(self._reentrant)]
                         )
+                        await client.connection_pool.disconnect()
                         raise self._unconfirmed(acknowledged, replicas)
                 else:
                     result = await ACQUIRE.acall(client, [ctx.keys.lease], self._attempt_args(ctx))

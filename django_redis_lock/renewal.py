@@ -23,6 +23,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError
 
+from .conf import lock_settings
 from .scripts import EXTEND, execute, execute_many
 
 __all__ = ["RenewedLease", "renewer"]
@@ -140,6 +141,9 @@ class _Renewer:
 
     @staticmethod
     def _extend_all(client: Any, leases: list[RenewedLease]) -> list[Any]:
+        replicas = lock_settings.MIN_REPLICAS
+        if replicas and hasattr(client, "connection_pool"):
+            return [_extend_acknowledged(client, lease, replicas) for lease in leases]
         if len(leases) == 1 or not hasattr(client, "connection_pool"):
             return [
                 EXTEND(client, [lease.key], [lease.token, int(lease.lease * 1000)])
@@ -154,6 +158,27 @@ class _Renewer:
             execute(client, "SCRIPT", "LOAD", EXTEND.source)
             results = execute_many(client, commands)
         return results
+
+
+def _extend_acknowledged(client: Any, lease: RenewedLease, replicas: int) -> Any:
+    """A renewal that counts only once ``replicas`` confirmed it, like an acquisition.
+
+    A primary that no replica confirms may have been replaced by a failover that has not
+    demoted it yet (Sentinel looks every 10 s): its pooled connections are dropped, so that the
+    retry asks Sentinel where the primary is now, instead of renewing on a stale one.
+    """
+    timeout_ms = max(1, int(lock_settings.REPLICA_TIMEOUT * 1000))
+    try:
+        result, acknowledged = EXTEND.call_acknowledged(
+            client, [lease.key], [lease.token, int(lease.lease * 1000)], replicas, timeout_ms,
+            wanted=lambda reply: reply == 1,
+        )  # fmt: skip
+    except RedisError as exc:
+        return exc
+    if result == 1 and acknowledged < replicas:
+        client.connection_pool.disconnect()
+        return ConnectionError(f"only {acknowledged} of {replicas} replicas confirmed the renewal")
+    return result
 
 
 renewer = _Renewer()
