@@ -85,8 +85,9 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         page_text = request.GET.get("p", "1")
         page_number = int(page_text) if page_text.isdigit() and int(page_text) > 0 else 1
         error = None
+        scanned = 0
         try:
-            items, next_cursor = registry.page(
+            items, next_cursor, scanned = registry.scan_page(
                 cursor, lock_settings.ADMIN_PAGE_SIZE, match=query or None
             )
         except ValueError:  # a cursor from another list: start over
@@ -105,6 +106,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             next_cursor=next_cursor,
             error=error,
             page_size=lock_settings.ADMIN_PAGE_SIZE,
+            scanned=scanned,
         )
         return TemplateResponse(request, "admin/django_redis_lock/lock/change_list.html", context)
 

@@ -24,7 +24,15 @@ from .lock import Lock
 from .scripts import FORCE_RELEASE, execute, execute_many
 from .signals import lock_force_released
 
-__all__ = ["LockInfo", "force_release", "get_lock", "glob_escape", "iter_locks", "page"]
+__all__ = [
+    "LockInfo",
+    "force_release",
+    "get_lock",
+    "glob_escape",
+    "iter_locks",
+    "page",
+    "scan_page",
+]
 
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 _MAX_SCAN_COUNT = 1000
@@ -171,6 +179,14 @@ def page(
     skipped between pages). ``match`` keeps the locks whose name contains it. On Redis Cluster
     every primary is scanned in turn.
     """
+    items, next_cursor, _ = scan_page(cursor, page_size, match=match, using=using)
+    return items, next_cursor
+
+
+def scan_page(
+    cursor: str = "0", page_size: int = 100, *, match: str | None = None, using: str | None = None
+) -> tuple[list[LockInfo], str | None, int]:
+    """:func:`page`, plus how many keys of our namespace ``SCAN`` returned for it."""
     if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
         raise ValueError(f"page_size must be a positive int, not {page_size!r}.")
     alias = using or lock_settings.CACHE_ALIAS
@@ -188,6 +204,7 @@ def page(
         raise ValueError(f"Not a cursor from a previous page: {cursor!r}.") from None
     items: list[LockInfo] = []
     seen: set[str] = set()
+    scanned = 0
     count = page_size
     while target_index < len(targets) and len(items) < page_size:
         target = targets[target_index]
@@ -199,6 +216,7 @@ def page(
             # bound that keeps each SCAN short (the server is single-threaded).
             count = min(count * 2, _MAX_SCAN_COUNT)
         position = int(position)
+        scanned += len(keys)
         fresh = [k for k in map(_text, keys) if k.endswith("}") and k not in seen]
         seen.update(fresh)
         items.extend(info for info in _read(target, fresh) if _wanted(info, match))
@@ -207,8 +225,8 @@ def page(
             if phase_index == len(patterns):
                 target_index, phase_index = target_index + 1, 0
     if target_index >= len(targets):
-        return items, None
-    return items, f"{target_index}:{phase_index}:{position}"
+        return items, None, scanned
+    return items, f"{target_index}:{phase_index}:{position}", scanned
 
 
 def iter_locks(

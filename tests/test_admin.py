@@ -182,3 +182,10 @@ def test_rendering_the_page_never_sends_keys(viewer, redis_client):
     assert viewer.get(DETAIL, {"name": "keys-check:1"}).status_code == 200
     assert keys_calls() == before
     assert redis_client.info("commandstats")["cmdstat_scan"]["calls"] > 0
+
+
+def test_the_page_says_how_many_keys_were_looked_at(viewer):
+    with Lock("counted", timeout=30):
+        page = viewer.get(CHANGELIST).content.decode()
+    assert "1 lock held now" in page
+    assert "1 key of ours looked at" in page
