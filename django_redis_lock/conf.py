@@ -104,18 +104,6 @@ def _boolean(setting: str, value: Any) -> bool:
     return value
 
 
-def _exit_code(setting: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidSetting(
-            setting,
-            f"must be an exit status (an int), not {type(value).__name__}.",
-            problem="type",
-        )
-    if not 0 <= value <= 255:
-        raise InvalidSetting(setting, f"must be between 0 and 255, not {value}.", problem="value")
-    return value
-
-
 def _choice(*choices: str) -> Callable[[str, Any], str]:
     def validate(setting: str, value: Any) -> str:
         if not isinstance(value, str):
@@ -133,36 +121,23 @@ def _choice(*choices: str) -> Callable[[str, Any], str]:
     return validate
 
 
-def _byte_count(setting: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidSetting(
-            setting,
-            f"must be a number of bytes (an int), not {type(value).__name__}.",
-            problem="type",
-        )
-    if value < 0:
-        raise InvalidSetting(setting, f"must be zero or more bytes, not {value}.", problem="value")
-    return value
+def _integer(
+    *, minimum: int, maximum: int | None = None, kind: str = "an int"
+) -> Callable[[str, Any], int]:
+    def validate(setting: str, value: Any) -> int:
+        # bool is an int subclass: True is a mistake here, not 1.
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidSetting(
+                setting, f"must be {kind}, not {type(value).__name__}.", problem="type"
+            )
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = (
+                f"between {minimum} and {maximum}" if maximum is not None else f"{minimum} or more"
+            )
+            raise InvalidSetting(setting, f"must be {bound}, not {value}.", problem="value")
+        return value
 
-
-def _non_negative_int(setting: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidSetting(
-            setting, f"must be an int, not {type(value).__name__}.", problem="type"
-        )
-    if value < 0:
-        raise InvalidSetting(setting, f"must be 0 or more, not {value}.", problem="value")
-    return value
-
-
-def _positive_int(setting: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidSetting(
-            setting, f"must be an int, not {type(value).__name__}.", problem="type"
-        )
-    if value < 1:
-        raise InvalidSetting(setting, f"must be 1 or more, not {value}.", problem="value")
-    return value
+    return validate
 
 
 def _optional_callable(setting: str, value: Any) -> Callable[..., Any] | None:
@@ -245,7 +220,7 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "COMMAND_EXIT_CODE",
             75,
-            _exit_code,
+            _integer(minimum=0, maximum=255, kind="an exit status (an int)"),
             "Exit status of a single-instance command that finds another instance running.",
         ),
         Setting(
@@ -263,7 +238,7 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "REPLAY_MAX_BYTES",
             65536,
-            _byte_count,
+            _integer(minimum=0, kind="a number of bytes (an int)"),
             "Largest response body kept to replay to duplicate submissions.",
         ),
         Setting(
@@ -275,13 +250,13 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "ADMIN_PAGE_SIZE",
             100,
-            _positive_int,
+            _integer(minimum=1),
             "Locks per page on the admin Locks page (also the SCAN batch size).",
         ),
         Setting(
             "MIN_REPLICAS",
             0,
-            _non_negative_int,
+            _integer(minimum=0),
             "Replicas that must confirm an acquisition (WAIT) before it counts; 0: none.",
         ),
         Setting(
