@@ -3,7 +3,7 @@
     @run_once("invoice-email:{invoice_id}", ttl=24 * 3600)
     def send_invoice_email(invoice_id): ...      # a second delivery returns None
 
-    with run_once(f"webhook:{event_id}", ttl=3600) as first:
+    with run_once(f"webhook:{event_id}", ttl=3600) as first:   # or `async with`
         if first:
             handle(event)
 
@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from asgiref.sync import iscoroutinefunction
 
 from .exceptions import LockBackendError, LockNotOwned
-from .lock import Lock
+from .lock import Lock, _Call
 
 __all__ = ["run_once"]
 
@@ -59,19 +59,34 @@ class run_once:  # lower case: it is used like a function (decorator, context ma
     def _lock_for(self, key: str) -> Lock:
         return Lock(f"once:{key}", wait=self.wait, using=self.using, label=f"run once: {key}")
 
-    # -- context manager -------------------------------------------------------------------
+    # -- context manager (sync and async) -------------------------------------------------
 
-    def __enter__(self) -> bool:
+    def _begin(self) -> tuple[Lock, Any]:
         if not isinstance(self.key, str):
             raise TypeError("As a context manager, run_once needs the key itself, a string.")
         lock = self._lock_for(self.key)
-        ctx = lock._begin(None, want_result=True)
-        if lock._acquire(ctx):
+        return lock, lock._begin(None, want_result=True)
+
+    def _claimed(self, lock: Lock, ctx: Any, acquired: bool) -> bool:
+        """True: run the work. False: it was done already. Raises when it is still running
+        elsewhere after ``wait``."""
+        if acquired:
             self._lock = lock
             return True
         if ctx.result is None:
-            raise lock._not_acquired(ctx)  # the first one is still running after `wait`
+            raise lock._not_acquired(ctx)
         return False
+
+    def _release_call(self, exc_type: type[BaseException] | None) -> _Call | None:
+        lock, self._lock = self._lock, None
+        if lock is None:
+            return None
+        # Marked done only when the work succeeded: a failure leaves it to the next delivery.
+        return lock._release_call(_DONE if exc_type is None else None, self.ttl)
+
+    def __enter__(self) -> bool:
+        lock, ctx = self._begin()
+        return self._claimed(lock, ctx, lock._acquire(ctx))
 
     def __exit__(
         self,
@@ -79,13 +94,25 @@ class run_once:  # lower case: it is used like a function (decorator, context ma
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        lock, self._lock = self._lock, None
-        if lock is None:
-            return
-        # Marked done only when the work succeeded: a failure leaves it to the next delivery.
-        done = _DONE if exc_type is None else None
-        with contextlib.suppress(LockNotOwned, LockBackendError):
-            lock._release_call(done, self.ttl).run()
+        call = self._release_call(exc_type)
+        if call is not None:
+            with contextlib.suppress(LockNotOwned, LockBackendError):
+                call.run()
+
+    async def __aenter__(self) -> bool:
+        lock, ctx = self._begin()
+        return self._claimed(lock, ctx, await lock._aacquire(ctx))
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        call = self._release_call(exc_type)
+        if call is not None:
+            with contextlib.suppress(LockNotOwned, LockBackendError):
+                await call.arun()
 
     # -- decorator ---------------------------------------------------------------------------
 
@@ -94,32 +121,23 @@ class run_once:  # lower case: it is used like a function (decorator, context ma
 
         make_key = _name_maker(self.key, func)
 
+        def for_call(*args: Any, **kwargs: Any) -> run_once:
+            return type(self)(
+                make_key(*args, **kwargs), self.ttl, wait=self.wait, using=self.using
+            )
+
         if iscoroutinefunction(func):
 
             @functools.wraps(func)
             async def async_once(*args: Any, **kwargs: Any) -> Any:
-                lock = self._lock_for(make_key(*args, **kwargs))
-                ctx = lock._begin(None, want_result=True)
-                if not await lock._aacquire(ctx):
-                    if ctx.result is None:
-                        raise lock._not_acquired(ctx)
-                    return None
-                done = None
-                try:
-                    result = await func(*args, **kwargs)
-                    done = _DONE
-                    return result
-                finally:
-                    with contextlib.suppress(LockNotOwned, LockBackendError):
-                        await lock._release_call(done, self.ttl).arun()
+                async with for_call(*args, **kwargs) as first:
+                    return await func(*args, **kwargs) if first else None
 
             return async_once  # type: ignore[return-value]
 
         @functools.wraps(func)
         def once(*args: Any, **kwargs: Any) -> Any:
-            with type(self)(
-                make_key(*args, **kwargs), self.ttl, wait=self.wait, using=self.using
-            ) as first:
+            with for_call(*args, **kwargs) as first:
                 return func(*args, **kwargs) if first else None
 
         return once  # type: ignore[return-value]

@@ -197,3 +197,18 @@ def test_bad_arguments():
         run_once("x", ttl=0)
     with pytest.raises(TypeError):
         run_once("", ttl=1)
+
+
+def test_async_context_manager_form():
+    async def main():
+        seen = []
+        try:
+            for _ in range(3):
+                async with run_once("async-webhook", ttl=60) as first:
+                    if first:
+                        seen.append("processed")
+        finally:
+            await aclose_async_redis_clients()
+        return seen
+
+    assert asyncio.run(main()) == ["processed"]
