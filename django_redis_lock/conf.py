@@ -140,6 +140,31 @@ def _integer(
     return validate
 
 
+def _quorums(setting: str, value: Any) -> dict[str, tuple[str, ...]]:
+    from .quorum import members  # the same rule as Lock(using=[...])
+
+    if not isinstance(value, dict):
+        raise InvalidSetting(
+            setting,
+            f"must be a dict of quorum name to list of cache aliases, not {type(value).__name__}.",
+            problem="type",
+        )
+    quorums = {}
+    for name, aliases in value.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidSetting(
+                setting, f"keys must be quorum names (non-empty str), not {name!r}.",
+                problem="type",
+            )  # fmt: skip
+        try:
+            quorums[name] = members(aliases)
+        except TypeError as exc:
+            raise InvalidSetting(setting, f"[{name!r}]: {exc}", problem="type") from None
+        except ValueError as exc:
+            raise InvalidSetting(setting, f"[{name!r}]: {exc}", problem="value") from None
+    return quorums
+
+
 def _optional_callable(setting: str, value: Any) -> Callable[..., Any] | None:
     if value is None or callable(value):
         return cast("Callable[..., Any] | None", value)
@@ -266,6 +291,12 @@ SETTINGS: dict[str, Setting] = {
             "Longest wait, in seconds, for MIN_REPLICAS to confirm an acquisition.",
         ),
         Setting(
+            "QUORUMS",
+            {},
+            _quorums,
+            "Named quorums: {name: [cache aliases of independent servers]}, usable as aliases.",
+        ),
+        Setting(
             "CONNECTION_FACTORY",
             None,
             _optional_callable,
@@ -365,6 +396,10 @@ class LockSettings:
     @property
     def REPLICA_TIMEOUT(self) -> float:
         return cast("float", self.get("REPLICA_TIMEOUT"))
+
+    @property
+    def QUORUMS(self) -> dict[str, tuple[str, ...]]:
+        return cast("dict[str, tuple[str, ...]]", self.get("QUORUMS"))
 
     @property
     def CONNECTION_FACTORY(self) -> Callable[[str], Any] | None:

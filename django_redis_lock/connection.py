@@ -38,17 +38,23 @@ from redis import connection as sync_connection
 from redis.cluster import RedisCluster
 
 from .conf import PREFIX, SETTINGS, lock_settings
+from .quorum import AsyncQuorumClient, QuorumClient
 
 RedisClient = Redis | RedisCluster
+# What a lock is taken on: a cache alias, a quorum's name, or a quorum as a tuple of aliases.
+LockAlias = str | tuple[str, ...]
 
 __all__ = [
     "CacheBackend",
     "RedisClient",
     "UnsupportedCache",
     "aclose_async_redis_clients",
+    "async_lock_client",
     "cache_backend",
     "get_async_redis_client",
     "get_redis_client",
+    "lock_client",
+    "quorum_members",
 ]
 
 _DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
@@ -178,11 +184,41 @@ def get_redis_client(alias: str | None = None) -> RedisClient:
     elif not alias:
         raise ValueError("alias must not be empty.")
     client = _clients.get(alias)
+    if client is None and alias in lock_settings.QUORUMS:
+        raise ImproperlyConfigured(
+            f"{alias!r} names a quorum ({PREFIX}QUORUMS) of several Redis servers, not one: "
+            f"ask for one of its cache aliases ({', '.join(lock_settings.QUORUMS[alias])})."
+        )
     if client is None:
         with _clients_lock:
             client = _clients.get(alias)
             if client is None:
                 client = _clients[alias] = _connect(alias)
+    return client
+
+
+def quorum_members(alias: LockAlias) -> tuple[str, ...] | None:
+    """The cache aliases of the quorum ``alias`` names (None: it is one cache alias)."""
+    if isinstance(alias, tuple):
+        return alias
+    return lock_settings.QUORUMS.get(alias)
+
+
+_quorum_clients: dict[LockAlias, QuorumClient] = {}
+
+
+def lock_client(alias: LockAlias) -> RedisClient | QuorumClient:
+    """The client the locks of ``alias`` talk to: :func:`get_redis_client`, or for a quorum
+    a :class:`~django_redis_lock.quorum.QuorumClient` over its servers."""
+    members = quorum_members(alias)
+    if members is None:
+        return get_redis_client(cast(str, alias))
+    client = _quorum_clients.get(alias)
+    if client is None:
+        name = repr(alias) if isinstance(alias, str) else f"[{', '.join(alias)}]"
+        built = QuorumClient(name, [(member, get_redis_client(member)) for member in members])
+        with _clients_lock:
+            client = _quorum_clients.setdefault(alias, built)
     return client
 
 
@@ -261,6 +297,14 @@ def get_async_redis_client(alias: str | None = None) -> redis.asyncio.Redis:
     return client
 
 
+def async_lock_client(alias: LockAlias) -> redis.asyncio.Redis | AsyncQuorumClient:
+    """:func:`lock_client` for asyncio."""
+    client = lock_client(alias)
+    if isinstance(client, QuorumClient):
+        return AsyncQuorumClient(client)  # holds no connections of its own: nothing to cache
+    return get_async_redis_client(cast(str, alias))
+
+
 async def aclose_async_redis_clients() -> None:
     """Close the asyncio clients of the running event loop.
 
@@ -277,4 +321,5 @@ def _forget_clients(*, setting: str, **kwargs: Any) -> None:
     if setting == "CACHES" or setting in {s.full_name for s in SETTINGS.values()}:
         with _clients_lock:
             _clients.clear()
+            _quorum_clients.clear()
             _async_clients.clear()

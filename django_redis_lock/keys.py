@@ -47,10 +47,16 @@ def _tag(name: str) -> str:
     return "#" + digest[:32]
 
 
-def namespace(alias: str) -> str:
-    """The prefix every lock key of ``alias`` starts with, ending in ``:``."""
-    cache_config = getattr(settings, "CACHES", {}).get(alias, {})
-    cache_prefix = cache_config.get("KEY_PREFIX", "")
+def namespace(alias: str | tuple[str, ...]) -> str:
+    """The prefix every lock key of ``alias`` starts with, ending in ``:``.
+
+    A quorum's servers may belong to caches with different prefixes: its keys use none, so
+    that every server holds the same keys.
+    """
+    if isinstance(alias, tuple) or alias in lock_settings.QUORUMS:
+        cache_prefix = ""
+    else:
+        cache_prefix = getattr(settings, "CACHES", {}).get(alias, {}).get("KEY_PREFIX", "")
     ours = lock_settings.KEY_PREFIX
     return f"{cache_prefix}:{ours}:" if cache_prefix else f"{ours}:"
 
@@ -67,7 +73,7 @@ class LockKeys:
         return self.wake_prefix + token
 
 
-def lock_keys(name: str, alias: str) -> LockKeys:
+def lock_keys(name: str, alias: str | tuple[str, ...]) -> LockKeys:
     base = f"{namespace(alias)}{{{_tag(name)}}}"
     return LockKeys(
         lease=base,

@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from numbers import Real
 from types import TracebackType
@@ -39,9 +39,10 @@ from redis.exceptions import RedisError
 
 from . import signals
 from .conf import lock_settings
-from .connection import get_async_redis_client, get_redis_client
+from .connection import LockAlias, async_lock_client, lock_client
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .keys import LockKeys, lock_keys
+from .quorum import members as quorum_members
 from .renewal import RenewedLease, renewer
 from .scripts import ACQUIRE, EXTEND, RELEASE, Script, await_wake, execute, wait_for_wake
 
@@ -140,7 +141,7 @@ class _Hold:
 class _Resolved:
     """What a Lock takes from the settings, on first use."""
 
-    alias: str
+    alias: LockAlias
     keys: LockKeys
     lease: float
     renew: bool
@@ -161,7 +162,7 @@ class _Call:
     difference, so what surrounds it is written once."""
 
     script: Script
-    alias: str
+    alias: LockAlias
     keys: list[str]
     args: list[Any]
     done: Callable[[Any], Any]
@@ -169,16 +170,14 @@ class _Call:
 
     def run(self) -> Any:
         try:
-            result = self.script(get_redis_client(self.alias), self.keys, self.args)
+            result = self.script(lock_client(self.alias), self.keys, self.args)
         except RedisError as exc:
             raise self.failed(exc) from exc
         return self.done(result)
 
     async def arun(self) -> Any:
         try:
-            result = await self.script.acall(
-                get_async_redis_client(self.alias), self.keys, self.args
-            )
+            result = await self.script.acall(async_lock_client(self.alias), self.keys, self.args)
         except RedisError as exc:
             raise self.failed(exc) from exc
         return self.done(result)
@@ -189,7 +188,7 @@ class _Acquisition:
     """The state of one acquire() call, shared by its sync and async loops."""
 
     owner: object
-    alias: str
+    alias: LockAlias
     keys: LockKeys
     token: str
     lease: float
@@ -218,7 +217,9 @@ class Lock:
     (default ``DJANGO_REDIS_LOCK_WAIT``; ``0`` never blocks; ``float("inf")`` waits for ever).
     ``reentrant``: the same thread or task may acquire again (a hold count, kept in Redis).
     ``fencing``: each acquisition gets a strictly increasing ``fencing_token``. ``label``: a
-    description for people, shown in the admin. ``using``: the cache alias.
+    description for people, shown in the admin. ``using``: the cache alias, or a quorum: the
+    name of one in ``DJANGO_REDIS_LOCK_QUORUMS``, or a list of cache aliases on independent
+    servers (held while a majority holds it, see ``quorum.py``).
     """
 
     def __init__(
@@ -231,7 +232,7 @@ class Lock:
         reentrant: bool = False,
         fencing: bool = False,
         label: str | None = None,
-        using: str | None = None,
+        using: str | Sequence[str] | None = None,
     ) -> None:
         if not isinstance(name, str):
             raise TypeError(f"A lock name must be a str, not {type(name).__name__}.")
@@ -248,8 +249,13 @@ class Lock:
             raise TypeError(f"auto_renew must be True, False or None, not {auto_renew!r}.")
         if label is not None and not isinstance(label, str):
             raise TypeError(f"label must be a str, not {type(label).__name__}.")
-        if using is not None and (not isinstance(using, str) or not using):
-            raise TypeError(f"using must be a cache alias (a non-empty str), not {using!r}.")
+        if isinstance(using, list | tuple):
+            using = quorum_members(using)
+        elif using is not None and (not isinstance(using, str) or not using):
+            raise TypeError(
+                "using must be a cache alias or quorum name (a non-empty str), or a list of "
+                f"cache aliases, not {using!r}."
+            )
         self._name = name
         self._timeout = timeout
         self._wait = wait
@@ -315,7 +321,7 @@ class Lock:
             self._resolved = _Resolved(alias, lock_keys(self._name, alias), lease, renew, wait)
         return self._resolved
 
-    def _alias_and_keys(self) -> tuple[str, LockKeys]:
+    def _alias_and_keys(self) -> tuple[LockAlias, LockKeys]:
         resolved = self._resolve()
         return resolved.alias, resolved.keys
 
@@ -410,7 +416,8 @@ class Lock:
         replicas = lock_settings.MIN_REPLICAS
         if replicas and not hasattr(client, "connection_pool"):
             raise ImproperlyConfigured(
-                "DJANGO_REDIS_LOCK_MIN_REPLICAS is not supported with a Redis Cluster client yet."
+                "DJANGO_REDIS_LOCK_MIN_REPLICAS is not supported with a Redis Cluster client or "
+                "in quorum mode yet."
             )
         return replicas, max(1, int(lock_settings.REPLICA_TIMEOUT * 1000))
 
@@ -484,7 +491,7 @@ class Lock:
                 hold = _Hold(token, fence if self._fencing else None, now)
                 if renew:
                     hold.renewal = RenewedLease(
-                        client=get_redis_client(alias),
+                        client=lock_client(alias),
                         key=keys.lease,
                         token=token,
                         lease=lease,
@@ -595,7 +602,7 @@ class Lock:
         return self._acquire(self._begin(wait))
 
     def _acquire(self, ctx: _Acquisition) -> bool:
-        client = get_redis_client(ctx.alias)
+        client = lock_client(ctx.alias)
         try:
             while True:
                 replicas, timeout_ms = self._replicas(client)
@@ -696,7 +703,7 @@ class Lock:
         """Whether anyone holds the lock right now."""
         alias, keys = self._alias_and_keys()
         try:
-            return bool(execute(get_redis_client(alias), "EXISTS", keys.lease))
+            return bool(execute(lock_client(alias), "EXISTS", keys.lease))
         except RedisError as exc:
             raise self._backend_error("read", exc) from exc
 
@@ -707,7 +714,7 @@ class Lock:
             return False
         alias, keys = self._alias_and_keys()
         try:
-            holder = execute(get_redis_client(alias), "HGET", keys.lease, "token")
+            holder = execute(lock_client(alias), "HGET", keys.lease, "token")
         except RedisError as exc:
             raise self._backend_error("read", exc) from exc
         if isinstance(holder, bytes):  # unless the client was built with decode_responses
@@ -718,7 +725,7 @@ class Lock:
         """Seconds left on the current lease, whoever holds it; None when nobody does."""
         alias, keys = self._alias_and_keys()
         try:
-            milliseconds = int(execute(get_redis_client(alias), "PTTL", keys.lease))
+            milliseconds = int(execute(lock_client(alias), "PTTL", keys.lease))
         except RedisError as exc:
             raise self._backend_error("read", exc) from exc
         return milliseconds / 1000 if milliseconds >= 0 else None
@@ -767,7 +774,7 @@ class Lock:
         return await self._aacquire(self._begin(wait))
 
     async def _aacquire(self, ctx: _Acquisition) -> bool:
-        client = get_async_redis_client(ctx.alias)
+        client = async_lock_client(ctx.alias)
         try:
             while True:
                 replicas, timeout_ms = self._replicas(client)
@@ -780,7 +787,7 @@ class Lock:
                         await RELEASE.acall(
                             client, [ctx.keys.lease], [ctx.token, int(self._reentrant)]
                         )
-                        await client.connection_pool.disconnect()
+                        await client.connection_pool.disconnect()  # type: ignore[union-attr]  # quorum: see _replicas
                         raise self._unconfirmed(acknowledged, replicas)
                 else:
                     result = await ACQUIRE.acall(client, [ctx.keys.lease], self._attempt_args(ctx))

@@ -31,6 +31,7 @@ __all__ = [
     "ACQUIRE",
     "EXTEND",
     "FORCE_RELEASE",
+    "RAISE_FENCE",
     "RELEASE",
     "Script",
     "aexecute",
@@ -104,7 +105,7 @@ def execute(client: Any, *args: Any) -> Any:
     tried once; the caller decides what a failure means.
     """
     pool = getattr(client, "connection_pool", None)
-    if pool is None:  # e.g. RedisCluster: it routes by key and handles MOVED itself
+    if pool is None:  # RedisCluster (routes by key, follows MOVED) or a QuorumClient
         return client.execute_command(*args)
     with _borrowed(client) as connection:
         connection.send_packed_command([_pack(args)])
@@ -197,6 +198,8 @@ def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) 
 
 async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> bool:
     """:func:`wait_for_wake` for a ``redis.asyncio`` client."""
+    if not hasattr(client, "connection_pool"):  # quorum mode: see quorum.py
+        return await client.execute_command("BLPOP", key, seconds) is not None
     server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
     async with _aborrowed(client) as connection:
         await connection.send_packed_command([_pack(("BLPOP", key, server_timeout))])
@@ -210,6 +213,8 @@ async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = Tru
 
 async def aexecute(client: Any, *args: Any) -> Any:
     """:func:`execute` for a ``redis.asyncio`` client."""
+    if not hasattr(client, "connection_pool"):  # quorum mode: see quorum.py
+        return await client.execute_command(*args)
     async with _aborrowed(client) as connection:
         await connection.send_packed_command([_pack(args)])
         return await connection.read_response()
@@ -456,6 +461,24 @@ FORCE_RELEASE = Script(
 if redis.call('HGET', lease_key, 'token') ~= ARGV[1] then return 0 end
 redis.call('DEL', lease_key)
 wake_next()
+return 1
+""",
+)
+
+# KEYS: lease   ARGV: token, fence
+# Quorum mode: lift this server's fencing counter (and the lease's token) to the fence the
+# acquisition settled on, while we hold the lease here. Returns 0 when the lease is not ours.
+RAISE_FENCE = Script(
+    "raise_fence",
+    """
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+local fence_key = KEYS[1] .. ':f'
+if tonumber(redis.call('GET', fence_key) or '0') < tonumber(ARGV[2]) then
+  redis.call('SET', fence_key, ARGV[2], 'PX', """
+    + str(FENCE_TTL_MS)
+    + """)
+end
+redis.call('HSET', KEYS[1], 'fence', ARGV[2])
 return 1
 """,
 )

@@ -1,0 +1,501 @@
+"""Quorum mode: one lock on several independent Redis servers, held while a majority holds it.
+
+    DJANGO_REDIS_LOCK_QUORUMS = {"redlock": ["locks-a", "locks-b", "locks-c"]}   # cache aliases
+    Lock("payments:42", using="redlock")          # or Lock(..., using=["locks-a", ...])
+
+This is the Redlock algorithm. Each server runs the same scripts as in single-server mode;
+:class:`QuorumClient` sends each script to every server at once and answers as the majority
+does, so ``Lock``, the watchdog and the guards built on them have no quorum-specific code:
+
+- an acquisition counts when a majority granted it within the lease minus the time the requests
+  took and a clock-drift allowance (measured on the monotonic clock). Otherwise the servers
+  that granted it release it again, and the caller is told the lock is taken;
+- a release or renewal goes to every server and counts when a majority confirms it; a renewal
+  that a majority refuses is a loss (``lock_lost``);
+- ``locked()``, ``owned()`` and ``ttl()`` answer what a majority says;
+- when too few servers answer to decide either way, the operation raises
+  :class:`QuorumUnavailable` (the ``Lock`` turns it into ``LockBackendError``), in at most the
+  servers' socket timeout: a stopped server is one that refuses connections (immediate) or
+  stays silent (the majority's answer is taken without it).
+
+Waiting is where quorum mode differs. The first-come-first-served queue of single-server mode
+does not compose across servers: each server would order the waiters its own way, and every
+waiter could be first on one server and behind on the others, holding the lock nowhere. So
+waiters look again after a short random delay (random, so that clients that split a free
+lock's votes between them do not split them again in step), as Redlock prescribes. A release
+does not wake them; the hand-over takes a delay of 5-30 ms more than in single-server mode.
+
+Fencing tokens stay strictly increasing: when the servers that granted an acquisition gave
+different tokens, the largest is written back to all of them before the acquisition returns,
+so the next majority (which shares a server with this one) can only count on from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import select
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+from .scripts import ACQUIRE, EXTEND, FORCE_RELEASE, RAISE_FENCE, RELEASE, Script, _pack
+
+__all__ = ["MIN_MEMBERS", "AsyncQuorumClient", "QuorumClient", "QuorumUnavailable", "members"]
+
+# With two servers a majority is both: no server could fail, which is worse than one server.
+MIN_MEMBERS = 3
+
+# Redlock's allowance for the servers' clocks running at different rates (1 % of the lease)
+# plus the time the client needs to act on the answer.
+_DRIFT_FACTOR = 0.01
+_DRIFT_MIN = 0.002
+# A waiter looks again after a random delay in this range, in seconds.
+_RETRY_DELAY = (0.005, 0.03)
+# Used when no server's client sets a socket timeout.
+_DEFAULT_REPLY_TIMEOUT = 5.0
+# Once the outcome is decided, the other servers get this long again (at least _GRACE_MIN s)
+# to answer too, so that a healthy server a little slower than the rest is not cut off (its
+# connection would have to be dropped), while a silent one does not hold the caller up.
+_GRACE_MIN = 0.002
+
+# acquire() modes of the ACQUIRE script (see scripts.py).
+_TRY, _LEAVE = 0, 3
+
+
+class QuorumUnavailable(RedisConnectionError):
+    """Too few servers of a quorum answered to reach a majority either way."""
+
+
+class _Silent(RedisConnectionError):
+    """A server that had not answered when the outcome was decided (or the time was up)."""
+
+
+Replies = dict[int, Any]  # server index -> its reply, or the RedisError it gave
+
+
+@dataclass(eq=False)
+class _Link:
+    """A connection to one server of the quorum, and the answers it still owes us."""
+
+    connection: Any
+    owed: int = 0
+    silent_since: float = 0.0
+
+    @property
+    def socket(self) -> Any:
+        return self.connection._sock  # private, but the one way to select() on it
+
+
+def members(value: Any) -> tuple[str, ...]:
+    """The cache aliases of a quorum, checked (``TypeError`` / ``ValueError``)."""
+    if not isinstance(value, list | tuple):
+        raise TypeError(f"A quorum is a list of cache aliases, not {type(value).__name__}.")
+    for alias in value:
+        if not isinstance(alias, str) or not alias:
+            raise TypeError(f"A quorum's members are cache aliases (non-empty str), not {alias!r}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"A quorum names each cache alias once, not {list(value)!r}.")
+    if len(value) < MIN_MEMBERS:
+        raise ValueError(
+            f"A quorum needs at least {MIN_MEMBERS} cache aliases on independent Redis servers, "
+            f"not {len(value)}: with 2, a majority is both, so neither server may fail."
+        )
+    return tuple(value)
+
+
+def _answered(reply: Any) -> bool:
+    return not isinstance(reply, RedisError)
+
+
+def _is_list(reply: Any) -> bool:
+    return isinstance(reply, list)
+
+
+def _retry_delay(at_most: float) -> float:
+    return min(at_most, random.uniform(*_RETRY_DELAY))
+
+
+def _drift(lease: float) -> float:
+    return lease * _DRIFT_FACTOR + _DRIFT_MIN
+
+
+class QuorumClient:
+    """Runs the lock engine's commands on several independent Redis servers, as a majority.
+
+    It stands in for a redis-py client where the engine calls ``execute_command``; it is not a
+    general-purpose client (only the commands the engine sends are understood).
+    """
+
+    def __init__(self, name: str, members: Sequence[tuple[str, Any]]) -> None:
+        for alias, client in members:
+            if getattr(client, "connection_pool", None) is None:
+                raise ImproperlyConfigured(
+                    f"Quorum {name}: cache alias {alias!r} gives a {type(client).__name__}; "
+                    "each member of a quorum must be one Redis server (a plain redis.Redis "
+                    "client), not a cluster."
+                )
+        self.name = name
+        self.aliases = tuple(alias for alias, _ in members)
+        self.clients = tuple(client for _, client in members)
+        self.majority = len(self.clients) // 2 + 1
+        timeouts = [
+            client.connection_pool.connection_kwargs.get("socket_timeout")
+            for client in self.clients
+        ]
+        self.reply_timeout = float(max((t for t in timeouts if t), default=_DEFAULT_REPLY_TIMEOUT))
+        self._idle: list[list[_Link | None]] = []  # one connection per server each (_links)
+        self._pid = os.getpid()
+        self._scripts: dict[str, Callable[[str, list[Any]], Any]] = {
+            ACQUIRE.sha: self._acquire,
+            RELEASE.sha: self._release,
+            EXTEND.sha: self._extend,
+            FORCE_RELEASE.sha: self._force_release,
+        }
+
+    def __repr__(self) -> str:
+        return f"<QuorumClient {self.name} of {len(self.clients)} servers>"
+
+    # -- the entry point: what scripts.execute() calls for a client without a connection pool --
+
+    def execute_command(self, *args: Any) -> Any:
+        command = str(args[0]).upper()
+        if command == "EVALSHA":
+            sha, key_count = str(args[1]), int(args[2])
+            if key_count != 1 or sha not in self._scripts:
+                raise NotImplementedError(f"{self!r} runs only the lock engine's scripts.")
+            return self._scripts[sha](str(args[3]), list(args[4:]))
+        if command == "SCRIPT" and str(args[1]).upper() == "LOAD":
+            return Script("loaded", str(args[2])).sha  # each server loads on demand (_run)
+        if command == "BLPOP":
+            # Nobody is woken in quorum mode (module docstring): look again after a delay.
+            time.sleep(_retry_delay(float(args[-1])))
+            return None
+        if command in _READS:
+            return self._read(command, args)
+        raise NotImplementedError(f"{self!r} does not run {command}.")
+
+    # -- I/O ------------------------------------------------------------------------------------
+
+    def _links(self) -> list[_Link | None]:
+        """One connection per server (None where there is none yet), reused across calls.
+
+        Kept here rather than taken from each server's pool for every call: the pools' own
+        checks cost more than a round trip on this path, three times over. Idle sockets are
+        checked all at once instead, with one select()."""
+        if self._pid != os.getpid():  # forked: the parent's sockets are not ours to use
+            self._idle, self._pid = [], os.getpid()
+        try:
+            links = self._idle.pop()
+        except IndexError:
+            return [None] * len(self.clients)
+        sockets = [link.socket for link in links if link is not None and link.socket]
+        readable, _, _ = select.select(sockets, [], [], 0) if sockets else ([], [], [])
+        now = time.monotonic()
+        for index, link in enumerate(links):
+            if link is None:
+                continue
+            try:
+                if link.socket is None:
+                    raise RedisConnectionError("closed")
+                if link.owed:
+                    # Late answers of a server that was slow or silent: read and forget them.
+                    while link.owed and link.connection.can_read(timeout=0):
+                        link.connection.read_response()
+                        link.owed -= 1
+                    if link.owed and now - link.silent_since > self.reply_timeout:
+                        raise RedisConnectionError("silent for too long")
+                elif link.socket in readable:
+                    raise RedisConnectionError("closed by the server, or out of step")
+            except (RedisError, OSError):
+                self._drop(index, link)
+                links[index] = None
+        return links
+
+    def _drop(self, index: int, link: _Link) -> None:
+        """Give a connection back to its pool closed, so that it is never reused as it is."""
+        link.connection.disconnect()
+        self.clients[index].connection_pool.release(link.connection)
+
+    def broadcast(
+        self,
+        command: Sequence[Any],
+        *,
+        timeout: float,
+        settled: Callable[[Replies], bool] | None = None,
+        members: Sequence[int] | None = None,
+    ) -> Replies:
+        """Send ``command`` to every server (or to ``members``) at once, then read the replies
+        as they arrive, until all have answered, or ``settled(replies)`` says the outcome is
+        decided (then the others get a short grace), or ``timeout`` passes.
+
+        A server that gave no answer gets a :class:`_Silent` error. Its connection is kept
+        aside with the answer still owed, and the server is not asked again until that answer
+        came (so a stopped server costs nothing but its vote, not a new connection per call),
+        or until ``reply_timeout`` passed (then the connection is replaced).
+        """
+        indexes = range(len(self.clients)) if members is None else members
+        packed = _pack(command)
+        started = time.monotonic()
+        deadline = started + timeout
+        replies: Replies = {}
+        links = self._links()
+        try:
+            waiting: dict[Any, int] = {}
+            for index in indexes:
+                link = links[index]
+                if link is not None and link.owed:
+                    replies[index] = _Silent("still silent since an earlier request")
+                    continue
+                try:
+                    if link is None:
+                        pool = self.clients[index].connection_pool
+                        link = links[index] = _Link(pool.get_connection())
+                    link.connection.send_packed_command([packed])
+                except RedisError as exc:
+                    replies[index] = exc
+                    continue
+                waiting[link.socket] = index
+            decided = False
+            while waiting:
+                if not decided and settled is not None and settled(replies):
+                    decided = True
+                    now = time.monotonic()
+                    deadline = min(deadline, now + max(_GRACE_MIN, now - started))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                ready, _, _ = select.select(list(waiting), [], [], remaining)
+                for sock in ready:
+                    index = waiting.pop(sock)
+                    try:
+                        replies[index] = links[index].connection.read_response()  # type: ignore[union-attr]
+                    except RedisError as exc:  # ResponseError: a complete error reply
+                        replies[index] = exc
+            now = time.monotonic()
+            for index in waiting.values():
+                link = links[index]
+                assert link is not None
+                link.owed += 1
+                link.silent_since = now
+                replies[index] = _Silent(f"no answer within {now - started:.3g}s")
+        finally:
+            for index, link in enumerate(links):
+                reply = replies.get(index)
+                if link is not None and (
+                    (index in indexes and reply is None)  # interrupted: out of step
+                    or (
+                        isinstance(reply, RedisError)
+                        and not isinstance(reply, ResponseError | _Silent)
+                    )
+                ):
+                    self._drop(index, link)
+                    links[index] = None
+            self._idle.append(links)
+        return replies
+
+    def _run(
+        self,
+        script: Script,
+        key: str,
+        argv: Sequence[Any],
+        *,
+        timeout: float,
+        settled: Callable[[Replies], bool] | None = None,
+        members: Sequence[int] | None = None,
+    ) -> Replies:
+        replies = self.broadcast(
+            ("EVALSHA", script.sha, 1, key, *argv),
+            timeout=timeout,
+            settled=settled,
+            members=members,
+        )
+        for index, reply in replies.items():
+            if isinstance(reply, NoScriptError):  # once per server and script, after a restart
+                try:
+                    replies[index] = script(self.clients[index], [key], argv)
+                except RedisError as exc:
+                    replies[index] = exc
+        return replies
+
+    def _decided_by(self, agrees: Callable[[Any], bool]) -> Callable[[Replies], bool]:
+        """A ``settled`` test: a majority agrees, or too many disagree (or failed) for one."""
+
+        def settled(replies: Replies) -> bool:
+            yes = sum(1 for reply in replies.values() if agrees(reply))
+            return yes >= self.majority or len(replies) - yes > len(self.clients) - self.majority
+
+        return settled
+
+    def _unavailable(self, action: str, replies: Replies) -> QuorumUnavailable:
+        answered = sum(1 for reply in replies.values() if _answered(reply))
+        problems = "; ".join(
+            f"{self.aliases[index]}: {type(reply).__name__.lstrip('_')}: {reply}"
+            for index, reply in sorted(replies.items())
+            if not _answered(reply)
+        )
+        return QuorumUnavailable(
+            f"only {answered} of the {len(self.clients)} servers of quorum {self.name} "
+            f"answered, and {self.majority} are needed to {action} a lock ({problems})"
+        )
+
+    # -- the scripts, as a majority ------------------------------------------------------------
+
+    def _acquire(self, key: str, argv: list[Any]) -> Any:
+        token, lease_ms, mode, flags = str(argv[0]), int(argv[1]), int(argv[3]), str(argv[4])
+        if mode == _LEAVE:
+            return [0, 0, None]  # nobody queues in quorum mode
+        argv[3] = _TRY
+        lease = lease_ms / 1000
+        started = time.monotonic()
+
+        def settled(replies: Replies) -> bool:
+            done = any(_is_list(reply) and reply[0] == 2 for reply in replies.values())
+            return done or self._decided_by(lambda r: _is_list(r) and r[0] == 1)(replies)
+
+        replies = self._run(ACQUIRE, key, argv, timeout=lease - _drift(lease), settled=settled)
+        granted = [index for index, reply in replies.items() if _is_list(reply) and reply[0] == 1]
+        done = next((r for r in replies.values() if _is_list(r) and r[0] == 2), None)
+        if done is None and len(granted) >= self.majority:
+            fence = max(int(replies[index][1]) for index in granted)
+            if "f" in flags and any(int(replies[index][1]) != fence for index in granted):
+                fenced = self._run(
+                    RAISE_FENCE, key, [token, fence], members=granted,
+                    timeout=max(0.0, lease - _drift(lease) - (time.monotonic() - started)),
+                )  # fmt: skip
+                enough = sum(1 for reply in fenced.values() if reply == 1) >= self.majority
+            else:
+                enough = True
+            if enough and time.monotonic() - started < lease - _drift(lease):
+                return [1, fence]
+        self._undo(key, token, flags, replies, granted)
+        if done is not None:
+            return done
+        refused = [reply for reply in replies.values() if _is_list(reply) and reply[0] == 0]
+        if len(refused) + len(granted) < self.majority:
+            raise self._unavailable("take", replies)
+        holder = next((reply for reply in refused if reply[2]), None)
+        wait_ms = min((int(reply[1]) for reply in refused if int(reply[1]) > 0), default=1)
+        if holder is None:
+            return [0, wait_ms, None]
+        return [0, wait_ms, *holder[2:]]
+
+    def _undo(
+        self, key: str, token: str, flags: str, replies: Replies, granted: list[int]
+    ) -> None:
+        """Give back what a failed acquisition got. Servers that did not answer may have
+        granted it too: they are told as well, but not waited for. (Not for a re-entry, where
+        a release would take back a level that the silent server may never have added.)"""
+        reentrant = "r" in flags
+        members = [
+            index
+            for index, reply in replies.items()
+            if index in granted or (not reentrant and not _answered(reply))
+        ]
+        if not members:
+            return
+        with_grants = set(granted)
+        self._run(
+            RELEASE, key, [token, int(reentrant)], members=members, timeout=self.reply_timeout,
+            settled=lambda answers: with_grants.issubset(answers),
+        )  # fmt: skip
+
+    def _release(self, key: str, argv: list[Any]) -> int:
+        replies = self._run(
+            RELEASE, key, argv, timeout=self.reply_timeout,
+            settled=self._decided_by(lambda reply: isinstance(reply, int) and reply >= 0),
+        )  # fmt: skip
+        # Hold counts left (re-entrant locks): the level that a majority still holds.
+        left = sorted(
+            (reply for reply in replies.values() if isinstance(reply, int) and reply >= 0),
+            reverse=True,
+        )
+        if len(left) >= self.majority:
+            return left[self.majority - 1]
+        unknown = sum(1 for reply in replies.values() if not _answered(reply))
+        if len(left) + unknown >= self.majority:
+            raise self._unavailable("release", replies)
+        return -1  # a majority says it was not ours (any more)
+
+    def _extend(self, key: str, argv: list[Any]) -> int:
+        lease = int(argv[1]) / 1000
+        started = time.monotonic()
+        replies = self._run(
+            EXTEND, key, argv, timeout=min(self.reply_timeout, lease / 3),
+            settled=self._decided_by(lambda reply: reply == 1),
+        )  # fmt: skip
+        extended = sum(1 for reply in replies.values() if reply == 1)
+        if extended >= self.majority and time.monotonic() - started < lease - _drift(lease):
+            return 1
+        unknown = sum(1 for reply in replies.values() if not _answered(reply))
+        if extended + unknown >= self.majority:
+            raise self._unavailable("renew", replies)
+        return 0
+
+    def _force_release(self, key: str, argv: list[Any]) -> int:
+        replies = self._run(FORCE_RELEASE, key, argv, timeout=self.reply_timeout)
+        if not any(_answered(reply) for reply in replies.values()):
+            raise self._unavailable("force-release", replies)
+        return int(any(reply == 1 for reply in replies.values()))
+
+    def _read(self, command: str, args: Sequence[Any]) -> Any:
+        replies = self.broadcast(
+            args,
+            timeout=self.reply_timeout,
+            settled=lambda answers: sum(map(_answered, answers.values())) >= self.majority,
+        )
+        answers = [reply for reply in replies.values() if _answered(reply)]
+        if len(answers) < self.majority:
+            raise self._unavailable("read", replies)
+        return _READS[command](answers, self.majority)
+
+
+def _exists(answers: list[Any], majority: int) -> int:
+    return int(sum(int(answer) for answer in answers) >= majority)
+
+
+def _agreed_value(answers: list[Any], majority: int) -> Any:
+    for answer in answers:
+        if answer is not None and answers.count(answer) >= majority:
+            return answer
+    return None
+
+
+def _majority_pttl(answers: list[Any], majority: int) -> int:
+    # The lease lasts as long as a majority still has it: the majority-th longest.
+    pttl = sorted((int(answer) for answer in answers), reverse=True)[majority - 1]
+    return pttl if pttl >= 0 else -2
+
+
+_READS: dict[str, Callable[[list[Any], int], Any]] = {
+    "EXISTS": _exists,
+    "HGET": _agreed_value,
+    "PTTL": _majority_pttl,
+}
+
+
+class AsyncQuorumClient:
+    """:class:`QuorumClient` for the async lock API: each operation runs in a worker thread
+    (the servers are still asked at once), and the delays between a waiter's looks are
+    ``asyncio.sleep``, so the event loop is never blocked."""
+
+    def __init__(self, quorum: QuorumClient) -> None:
+        self.quorum = quorum
+
+    def __repr__(self) -> str:
+        return f"<AsyncQuorumClient {self.quorum.name}>"
+
+    async def execute_command(self, *args: Any) -> Any:
+        if str(args[0]).upper() == "BLPOP":
+            await asyncio.sleep(_retry_delay(float(args[-1])))
+            return None
+        return await asyncio.to_thread(self.quorum.execute_command, *args)
+
+    async def aclose(self) -> None:
+        """Nothing to close: the servers' connections belong to their sync clients."""
