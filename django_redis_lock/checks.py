@@ -9,6 +9,7 @@ django_redis_lock.E003     that cache uses django-redis' ``ShardClient`` (no sin
 django_redis_lock.E004     a setting has the wrong type
 django_redis_lock.E005     a setting has a value out of range (zero or negative lease, NaN, ...)
 django_redis_lock.E006     ``CONNECTION_FACTORY`` cannot be imported or is not callable
+django_redis_lock.E007     a ``QUORUMS`` name is also a cache alias (which one would it mean?)
 django_redis_lock.W001     an unknown ``DJANGO_REDIS_LOCK_*`` setting (a typo?)
 =========================  =================================================================
 
@@ -92,13 +93,32 @@ def _unknown_settings(names: Iterable[str]) -> list[CheckMessage]:
 def check_cache(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """The cache alias gives one Redis connection (skipped when a factory supplies it)."""
+    """The cache alias (or each cache alias of every quorum) gives one Redis connection;
+    quorum names do not shadow cache aliases. A factory makes the first check moot."""
     try:
-        if lock_settings.CONNECTION_FACTORY is not None:
-            return []
-        cache_backend(lock_settings.CACHE_ALIAS)
+        alias = lock_settings.CACHE_ALIAS
+        quorums = lock_settings.QUORUMS
+        factory = lock_settings.CONNECTION_FACTORY
     except InvalidSetting:
         return []  # check_settings reports it; one problem, one message.
-    except UnsupportedCache as exc:
-        return [Error(exc.message, hint=exc.hint, id=exc.check_id)]
-    return []
+    messages: list[CheckMessage] = []
+    caches_setting = getattr(settings, "CACHES", {})
+    for name in sorted(set(quorums) & set(caches_setting)):
+        messages.append(
+            Error(
+                f"{PREFIX}QUORUMS names a quorum {name!r}, which is also a cache alias in "
+                "settings.CACHES.",
+                hint="Give the quorum a name of its own.",
+                id="django_redis_lock.E007",
+            )
+        )
+    if factory is not None:
+        return messages
+    aliases = [alias] if alias not in quorums else []
+    aliases += [member for members in quorums.values() for member in members]
+    for checked in dict.fromkeys(aliases):
+        try:
+            cache_backend(checked)
+        except UnsupportedCache as exc:
+            messages.append(Error(exc.message, hint=exc.hint, id=exc.check_id))
+    return messages

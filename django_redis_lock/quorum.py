@@ -33,6 +33,7 @@ so the next majority (which shares a server with this one) can only count on fro
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import select
@@ -51,6 +52,8 @@ __all__ = ["MIN_MEMBERS", "AsyncQuorumClient", "QuorumClient", "QuorumUnavailabl
 
 # With two servers a majority is both: no server could fail, which is worse than one server.
 MIN_MEMBERS = 3
+
+logger = logging.getLogger("django_redis_lock")
 
 # Redlock's allowance for the servers' clocks running at different rates (1 % of the lease)
 # plus the time the client needs to act on the answer.
@@ -235,10 +238,11 @@ class QuorumClient:
         as they arrive, until all have answered, or ``settled(replies)`` says the outcome is
         decided (then the others get a short grace), or ``timeout`` passes.
 
-        A server that gave no answer gets a :class:`_Silent` error. Its connection is kept
-        aside with the answer still owed, and the server is not asked again until that answer
-        came (so a stopped server costs nothing but its vote, not a new connection per call),
-        or until ``reply_timeout`` passed (then the connection is replaced).
+        A server that gave no answer gets a :class:`_Silent` error. Its connection is kept,
+        with the answer still owed: later calls are sent behind it, in order, and read once
+        its answers come (so a stopped server costs its vote, not a new connection and a
+        socket timeout per call, and runs what it missed when it resumes). After
+        ``reply_timeout`` without an answer the connection is replaced.
         """
         indexes = range(len(self.clients)) if members is None else members
         packed = _pack(command)
@@ -250,9 +254,6 @@ class QuorumClient:
             waiting: dict[Any, int] = {}
             for index in indexes:
                 link = links[index]
-                if link is not None and link.owed:
-                    replies[index] = _Silent("still silent since an earlier request")
-                    continue
                 try:
                     if link is None:
                         pool = self.clients[index].connection_pool
@@ -273,11 +274,18 @@ class QuorumClient:
                     break
                 ready, _, _ = select.select(list(waiting), [], [], remaining)
                 for sock in ready:
-                    index = waiting.pop(sock)
+                    index = waiting[sock]
+                    link = links[index]
+                    assert link is not None
                     try:
-                        replies[index] = links[index].connection.read_response()  # type: ignore[union-attr]
+                        reply = link.connection.read_response()
                     except RedisError as exc:  # ResponseError: a complete error reply
-                        replies[index] = exc
+                        reply = exc
+                    if link.owed and not isinstance(reply, RedisError | OSError):
+                        link.owed -= 1  # the late answer to an earlier call: not ours
+                        continue
+                    del waiting[sock]
+                    replies[index] = reply
             now = time.monotonic()
             for index in waiting.values():
                 link = links[index]
@@ -353,13 +361,17 @@ class QuorumClient:
             return [0, 0, None]  # nobody queues in quorum mode
         argv[3] = _TRY
         lease = lease_ms / 1000
+        valid_for = lease - _drift(lease)  # a majority granted later than this is worthless
         started = time.monotonic()
 
         def settled(replies: Replies) -> bool:
             done = any(_is_list(reply) and reply[0] == 2 for reply in replies.values())
             return done or self._decided_by(lambda r: _is_list(r) and r[0] == 1)(replies)
 
-        replies = self._run(ACQUIRE, key, argv, timeout=lease - _drift(lease), settled=settled)
+        replies = self._run(
+            ACQUIRE, key, argv, timeout=max(0.0, min(self.reply_timeout, valid_for)),
+            settled=settled,
+        )  # fmt: skip
         granted = [index for index, reply in replies.items() if _is_list(reply) and reply[0] == 1]
         done = next((r for r in replies.values() if _is_list(r) and r[0] == 2), None)
         if done is None and len(granted) >= self.majority:
@@ -367,19 +379,29 @@ class QuorumClient:
             if "f" in flags and any(int(replies[index][1]) != fence for index in granted):
                 fenced = self._run(
                     RAISE_FENCE, key, [token, fence], members=granted,
-                    timeout=max(0.0, lease - _drift(lease) - (time.monotonic() - started)),
+                    timeout=max(0.0, valid_for - (time.monotonic() - started)),
                 )  # fmt: skip
                 enough = sum(1 for reply in fenced.values() if reply == 1) >= self.majority
             else:
                 enough = True
-            if enough and time.monotonic() - started < lease - _drift(lease):
+            if enough and time.monotonic() - started < valid_for:
                 return [1, fence]
         self._undo(key, token, flags, replies, granted)
         if done is not None:
             return done
         refused = [reply for reply in replies.values() if _is_list(reply) and reply[0] == 0]
         if len(refused) + len(granted) < self.majority:
-            raise self._unavailable("take", replies)
+            unreachable = [r for r in replies.values() if isinstance(r, RedisError)]
+            if valid_for >= self.reply_timeout or not all(
+                isinstance(reply, _Silent) for reply in unreachable
+            ):
+                raise self._unavailable("take", replies)
+        if len(refused) < self.majority:  # granted by enough servers, but not in time
+            logger.warning(
+                "Quorum %s: no majority granted %s within its lease of %ss, less %.3fs for "
+                "clock drift: given back. Quorum leases must be far longer than a round trip.",
+                self.name, key, lease, _drift(lease),
+            )  # fmt: skip
         holder = next((reply for reply in refused if reply[2]), None)
         wait_ms = min((int(reply[1]) for reply in refused if int(reply[1]) > 0), default=1)
         if holder is None:

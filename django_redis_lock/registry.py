@@ -10,17 +10,22 @@ Only the lease keys (``...{tag}``) are listed, not their siblings (queue, wake-u
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from .conf import lock_settings
-from .connection import get_redis_client
+from .connection import lock_client
 from .keys import lock_keys, namespace, readable_tag
 from .lock import Lock
+from .quorum import QuorumClient
 from .scripts import FORCE_RELEASE, execute, execute_many
 from .signals import lock_force_released
 
@@ -33,6 +38,8 @@ __all__ = [
     "page",
     "scan_page",
 ]
+
+logger = logging.getLogger("django_redis_lock")
 
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 _MAX_SCAN_COUNT = 1000
@@ -158,7 +165,10 @@ def _wanted(info: LockInfo, match: str | None) -> bool:
 
 
 def _scan_targets(client: Any) -> list[Any]:
-    """The plain clients to SCAN: the client itself, or each primary of a Redis Cluster."""
+    """The plain clients to SCAN: the client itself, each primary of a Redis Cluster, or
+    each server of a quorum."""
+    if isinstance(client, QuorumClient):
+        return list(client.clients)
     if hasattr(client, "get_primaries"):
         return [client.get_redis_connection(node) for node in client.get_primaries()]
     return [client]
@@ -170,6 +180,33 @@ def _client_for_key(client: Any, key: str) -> Any:
     return client
 
 
+def _lookup(client: Any, key: str) -> LockInfo | None:
+    """The record of ``key``; for a quorum, from the first of its servers that answers with
+    one (a server that is down is passed over)."""
+    if isinstance(client, QuorumClient):
+        for member in client.clients:
+            with contextlib.suppress(RedisError):
+                info = next(_read(member, [key]), None)
+                if info is not None:
+                    return info
+        return None
+    return next(_read(_client_for_key(client, key), [key]), None)
+
+
+def _not_on(servers: list[Any], keys: list[str]) -> list[str]:
+    """``keys`` less those that one of ``servers`` has: a quorum's lock is listed once, by the
+    first of its servers that has it."""
+    for server in servers:
+        if not keys:
+            break
+        try:
+            present = execute_many(server, [("EXISTS", key) for key in keys])
+        except RedisError:
+            continue  # a server that is down listed nothing either
+        keys = [key for key, there in zip(keys, present, strict=True) if there != 1]
+    return keys
+
+
 def page(
     cursor: str = "0", page_size: int = 100, *, match: str | None = None, using: str | None = None
 ) -> tuple[list[LockInfo], str | None]:
@@ -177,7 +214,7 @@ def page(
 
     Pages hold about ``page_size`` locks (``SCAN`` batches are not cut, so that no lock is
     skipped between pages). ``match`` keeps the locks whose name contains it. On Redis Cluster
-    every primary is scanned in turn.
+    every primary is scanned in turn; for a quorum every server, each lock listed once.
     """
     items, next_cursor, _ = scan_page(cursor, page_size, match=match, using=using)
     return items, next_cursor
@@ -190,7 +227,9 @@ def scan_page(
     if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
         raise ValueError(f"page_size must be a positive int, not {page_size!r}.")
     alias = using or lock_settings.CACHE_ALIAS
-    targets = _scan_targets(get_redis_client(alias))
+    client = lock_client(alias)
+    targets = _scan_targets(client)
+    quorum = isinstance(client, QuorumClient)
     patterns = _patterns(match, alias)
     parts = cursor.split(":")
     try:
@@ -208,9 +247,17 @@ def scan_page(
     count = page_size
     while target_index < len(targets) and len(items) < page_size:
         target = targets[target_index]
-        position, keys = execute(
-            target, "SCAN", position, "MATCH", patterns[phase_index], "COUNT", count
-        )
+        try:
+            position, keys = execute(
+                target, "SCAN", position, "MATCH", patterns[phase_index], "COUNT", count
+            )
+        except RedisError as exc:
+            if not isinstance(client, QuorumClient):
+                raise
+            # One server of a quorum down: list what the others hold.
+            logger.warning("Cannot list the locks on %r: %s", client.aliases[target_index], exc)
+            target_index, phase_index, position = target_index + 1, 0, 0
+            continue
         if len(keys) < count // 4:
             # Locks are sparse among this Redis' keys: look at more keys per call, up to a
             # bound that keeps each SCAN short (the server is single-threaded).
@@ -219,6 +266,8 @@ def scan_page(
         scanned += len(keys)
         fresh = [k for k in map(_text, keys) if k.endswith("}") and k not in seen]
         seen.update(fresh)
+        if quorum:
+            fresh = _not_on(targets[:target_index], fresh)
         items.extend(info for info in _read(target, fresh) if _wanted(info, match))
         if position == 0:  # this pattern is done on this server: the next, or the next server
             phase_index += 1
@@ -242,8 +291,7 @@ def iter_locks(
 def get_lock(name: str, *, using: str | None = None) -> LockInfo | None:
     """The live lock ``name``, or None when nobody holds it."""
     alias = using or lock_settings.CACHE_ALIAS
-    key = lock_keys(name, alias).lease
-    return next(_read(_client_for_key(get_redis_client(alias), key), [key]), None)
+    return _lookup(lock_client(alias), lock_keys(name, alias).lease)
 
 
 def force_release(
@@ -255,9 +303,9 @@ def force_release(
     the next waiter. The former holder's renewal then reports the lock lost (``LockLost``).
     """
     alias = using or lock_settings.CACHE_ALIAS
-    client = get_redis_client(alias)
+    client = lock_client(alias)
     key = lock_keys(name, alias).lease
-    info = next(_read(_client_for_key(client, key), [key]), None)
+    info = _lookup(client, key)
     if not FORCE_RELEASE(client, [key], [token]):
         return False
     lock_force_released.send(

@@ -24,6 +24,21 @@ def count_under_lock(redis_url: str, name: str, rounds: int, start: Any) -> tupl
     """``rounds`` non-atomic increments of ``counter`` under the lock; returns
     (overlaps seen, acquisitions)."""
     setup_django(redis_url)
+    return _count_under_lock(redis_url, name, rounds, start)
+
+
+def count_under_quorum_lock(
+    redis_url: str, caches: dict[str, Any], name: str, rounds: int, start: Any
+) -> tuple[int, int]:
+    """:func:`count_under_lock` with the lock on the quorum of the cache aliases ``q*``."""
+    members = sorted(alias for alias in caches if alias.startswith("q"))
+    setup_django(redis_url, CACHES=caches, DJANGO_REDIS_LOCK_QUORUMS={"redlock": members})
+    return _count_under_lock(redis_url, name, rounds, start, using="redlock")
+
+
+def _count_under_lock(
+    redis_url: str, name: str, rounds: int, start: Any, using: str | None = None
+) -> tuple[int, int]:
     import redis
 
     from django_redis_lock import Lock
@@ -32,7 +47,7 @@ def count_under_lock(redis_url: str, name: str, rounds: int, start: Any) -> tupl
     overlaps = 0
     start.wait()
     for _ in range(rounds):
-        with Lock(name, timeout=10, wait=60):
+        with Lock(name, timeout=10, wait=60, using=using):
             if client.incr("inside") != 1:
                 overlaps += 1
             value = int(client.get("counter") or 0)

@@ -1,0 +1,329 @@
+"""Quorum mode on three real, independent redis-server processes (one stopped, two stopped,
+one paused), with threads and processes contending."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+import redis
+from django.core.checks import run_checks
+from django.core.exceptions import ImproperlyConfigured
+
+from django_redis_lock import (
+    Lock,
+    LockBackendError,
+    LockNotAcquired,
+    LockNotOwned,
+    get_redis_client,
+    registry,
+    run_once,
+    signals,
+)
+from django_redis_lock.keys import lock_keys
+from tests import workers
+from tests.conftest import django_redis_caches
+from tests.test_lock_concurrency import PROCESSES, run_workers
+
+MEMBERS = ["q0", "q1", "q2"]
+
+
+@pytest.fixture
+def quorum(settings, redis_server_factory, redis_url):
+    servers = [redis_server_factory() for _ in MEMBERS]
+    caches = django_redis_caches(redis_url)
+    for alias, server in zip(MEMBERS, servers, strict=True):
+        caches[alias] = {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": server.url,
+            "KEY_PREFIX": f"prefix-of-{alias}",  # ignored by quorum keys: one key everywhere
+            "OPTIONS": {"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": 2},
+        }
+    settings.CACHES = caches
+    settings.DJANGO_REDIS_LOCK_QUORUMS = {"redlock": MEMBERS}
+    clients = [redis.Redis.from_url(server.url) for server in servers]
+    yield SimpleNamespace(servers=servers, clients=clients, caches=caches)
+    for server in servers:
+        if server.pid:
+            os.kill(server.pid, signal.SIGCONT)  # in case a test paused it and failed
+    for client in clients:
+        client.close()
+
+
+def lease_key(name):
+    return lock_keys(name, "redlock").lease
+
+
+def test_held_on_every_server_and_released_from_all(quorum):
+    key = lease_key("q:basic")
+    with Lock("q:basic", using="redlock") as held:
+        assert [client.hget(key, "token").decode() for client in quorum.clients] == [
+            held.token
+        ] * 3
+        assert held.owned()
+        assert Lock("q:basic", using=MEMBERS).locked()  # the same lock, named by its members
+        assert 29 < held.ttl() <= 30
+        assert not Lock("q:basic", using="redlock").acquire(wait=0)
+    assert not any(client.exists(key) for client in quorum.clients)
+    assert not Lock("q:basic", using="redlock").locked()
+
+
+def test_mutual_exclusion_threads_no_lost_updates(quorum, redis_client):
+    inside, counter, overlaps = [0], [0], []
+    state = threading.Lock()
+
+    def work():
+        for _ in range(25):
+            with Lock("q:counter", using="redlock", timeout=10, wait=30):
+                with state:
+                    inside[0] += 1
+                    if inside[0] != 1:
+                        overlaps.append(inside[0])
+                value = counter[0]
+                time.sleep(0)  # let another thread run here, if the lock let it in
+                counter[0] = value + 1
+                with state:
+                    inside[0] -= 1
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert overlaps == []
+    assert counter[0] == 8 * 25
+
+
+def test_mutual_exclusion_processes_no_lost_updates(quorum, redis_url, redis_client):
+    rounds = 100
+    results = run_workers(
+        workers.count_under_quorum_lock, redis_url, quorum.caches, "q:processes", rounds
+    )
+    assert sum(overlap for overlap, _ in results) == 0
+    assert int(redis_client.get("counter")) == PROCESSES * rounds
+
+
+def test_one_server_stopped_locking_goes_on(quorum):
+    held = Lock("q:one-down", using="redlock", timeout=0.3, auto_renew=True)
+    held.acquire()
+    quorum.servers[2].stop()
+    threading.Event().wait(1.0)  # hold it for three leases: renewed by the two left
+    assert held.owned()
+    assert not held.lost
+    held.release()
+    for _ in range(5):
+        with Lock("q:one-down", using="redlock", fencing=True, wait=1) as again:
+            assert again.fencing_token
+    key = lease_key("q:one-down")
+    assert not quorum.clients[0].exists(key)
+    assert not quorum.clients[1].exists(key)
+
+
+def test_two_servers_stopped_fail_clearly_and_at_once(quorum):
+    quorum.servers[1].stop()
+    quorum.servers[2].stop()
+    started = time.monotonic()
+    with pytest.raises(LockBackendError) as failure:
+        Lock("q:two-down", using="redlock").acquire(wait=10)
+    assert time.monotonic() - started < 10  # it did not wait out the wait, nor hang
+    message = str(failure.value)
+    assert "only 1 of the 3 servers of quorum 'redlock' answered" in message
+    assert "2 are needed to take a lock" in message
+    assert "q1: ConnectionError" in message
+    assert "q2: ConnectionError" in message
+    # What the one server left granted was given back.
+    assert not quorum.clients[0].exists(lease_key("q:two-down"))
+
+
+def test_losing_the_majority_while_held_is_reported(quorum):
+    lost = threading.Event()
+
+    def on_lost(sender, **kwargs):
+        lost.set()
+
+    signals.lock_lost.connect(on_lost)
+    try:
+        held = Lock("q:majority-lost", using="redlock", timeout=0.3, auto_renew=True)
+        held.acquire()
+        key = lease_key("q:majority-lost")
+        quorum.clients[0].delete(key)  # a minority lost: still ours
+        assert not lost.wait(0.9)  # three leases: renewed on the other two
+        assert quorum.clients[1].exists(key)
+        assert quorum.clients[2].exists(key)
+        assert not held.lost
+        quorum.clients[1].delete(key)  # now a majority is gone
+        assert lost.wait(5)
+        assert held.lost
+        with pytest.raises(LockNotOwned):
+            held.release()
+    finally:
+        signals.lock_lost.disconnect(on_lost)
+
+
+def test_a_paused_server_holds_nobody_up(quorum):
+    """A server that stops answering (SIGSTOP: it still accepts connections) costs its vote,
+    not a socket timeout per call."""
+    paused = quorum.servers[2]
+    with Lock("q:paused", using="redlock"):
+        pass  # connections to every server exist
+    os.kill(paused.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        for _ in range(20):
+            with Lock("q:paused", using="redlock", wait=1) as held:
+                assert held.owned()
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+    assert elapsed < 2  # the socket timeout: waiting for the paused server even once costs 2 s
+    # Back, it runs what it was sent, in order: nothing is left behind there.
+    key = lease_key("q:paused")
+    deadline = time.monotonic() + 5
+    while quorum.clients[2].exists(key) and time.monotonic() < deadline:
+        threading.Event().wait(0.02)
+    assert not quorum.clients[2].exists(key)
+    with Lock("q:paused", using="redlock", wait=1):
+        assert quorum.clients[2].exists(key)  # and it takes part again
+
+
+def test_fencing_tokens_increase_across_majorities(quorum):
+    """Each server counts its own tokens (from its own clock): the largest one a majority gave
+    is written back to them, so the next majority, which shares a server, counts on from it."""
+    name = "q:fence"
+    with Lock(name, using="redlock", fencing=True) as first:
+        one = first.fencing_token
+    # Server 0's clock runs far ahead: its tokens jump.
+    quorum.clients[0].set(lease_key(name) + ":f", one + 10**9)
+    with Lock(name, using="redlock", fencing=True) as second:
+        two = second.fencing_token
+    assert two > one + 10**9
+    quorum.servers[0].stop()  # the next majority is servers 1 and 2, with their slow clocks
+    with Lock(name, using="redlock", fencing=True) as third:
+        three = third.fencing_token
+    assert three > two
+
+
+def test_a_failed_attempt_gives_back_what_it_got(quorum):
+    key = lease_key("q:split")
+    for client in quorum.clients[:2]:  # someone else holds it on a majority
+        client.hset(key, mapping={"token": "someone-else", "count": 1, "owner": "{}", "since": 1})
+        client.pexpire(key, 30000)
+    with pytest.raises(LockNotAcquired), Lock("q:split", using="redlock", wait=0):
+        pass
+    assert not quorum.clients[2].exists(key)  # granted there, then given back
+    assert [client.hget(key, "token") for client in quorum.clients[:2]] == [b"someone-else"] * 2
+
+
+def test_a_grant_that_outlived_its_lease_does_not_count(quorum, caplog):
+    # 2 ms of lease, less the 2 ms drift allowance: no majority can answer in time.
+    assert not Lock("q:too-short", using="redlock", timeout=0.002).acquire(wait=0)
+    assert "no majority granted lock:{q:too-short} within its lease" in caplog.text
+    assert not any(client.exists(lease_key("q:too-short")) for client in quorum.clients)
+
+
+def test_a_waiter_gets_the_lock_after_the_release(quorum):
+    holder = Lock("q:wait", using="redlock")
+    holder.acquire()
+    contended, got_it = threading.Event(), threading.Event()
+
+    def on_contended(sender, **kwargs):
+        contended.set()
+
+    signals.lock_contended.connect(on_contended)
+    try:
+        waiter = threading.Thread(
+            target=lambda: Lock("q:wait", using="redlock", wait=10).acquire() and got_it.set()
+        )
+        waiter.start()
+        assert contended.wait(5)
+        assert not got_it.is_set()
+        holder.release()
+        assert got_it.wait(5)
+        waiter.join()
+    finally:
+        signals.lock_contended.disconnect(on_contended)
+
+
+def test_reentrant_levels_are_counted_on_every_server(quorum):
+    key = lease_key("q:reentrant")
+    lock = Lock("q:reentrant", using="redlock", reentrant=True)
+    with lock, lock:
+        assert [int(client.hget(key, "count")) for client in quorum.clients] == [2, 2, 2]
+    assert not any(client.exists(key) for client in quorum.clients)
+
+
+def test_async_api(quorum):
+    async def main():
+        lock = Lock("q:async", using="redlock", wait=10)
+        async with lock:
+            assert lock.owned()
+            waiter = asyncio.create_task(Lock("q:async", using="redlock", wait=10).aacquire())
+            await asyncio.sleep(0.05)  # the waiter is retrying; the loop is not blocked
+            assert not waiter.done()
+        assert await waiter
+
+    asyncio.run(main())
+
+
+def test_default_alias_may_name_a_quorum(quorum, settings):
+    settings.DJANGO_REDIS_LOCK_CACHE_ALIAS = "redlock"
+    calls = []
+
+    @run_once("q-job", ttl=60)
+    def job():
+        calls.append(1)
+
+    job()
+    job()
+    assert calls == [1]
+    held = Lock("q:default")
+    held.acquire()
+    assert all(client.exists(lease_key("q:default")) for client in quorum.clients)
+    listed = list(registry.iter_locks())
+    assert [info.name for info in listed].count("q:default") == 1  # listed once
+    assert registry.get_lock("q:default").token == held.token
+    quorum.servers[0].stop()  # the registry reads what the others hold
+    assert registry.get_lock("q:default").token == held.token
+    assert "q:default" in [info.name for info in registry.iter_locks()]
+    assert registry.force_release("q:default", held.token)
+    assert not held.owned()
+    with pytest.raises(LockNotOwned):
+        held.release()
+
+
+def test_the_admin_page_lists_quorum_locks(quorum, settings, admin_client):
+    settings.DJANGO_REDIS_LOCK_CACHE_ALIAS = "redlock"
+    with Lock("q:admin", label="on three servers"):
+        page = admin_client.get("/admin/django_redis_lock/lock/")
+    assert page.status_code == 200
+    assert page.content.decode().count("on three servers") == 1
+
+
+@pytest.mark.parametrize(
+    ("using", "error", "message"),
+    [
+        (["q0", "q1"], ValueError, "at least 3 cache aliases"),
+        (["q0", "q0", "q1"], ValueError, "each cache alias once"),
+        (["q0", "", "q1"], TypeError, "cache aliases"),
+        ({"q0", "q1", "q2"}, TypeError, "cache alias or quorum name"),
+    ],
+)
+def test_bad_quorums_are_refused(using, error, message):
+    with pytest.raises(error, match=message):
+        Lock("q:bad", using=using)
+
+
+def test_bad_quorum_settings(quorum, settings):
+    settings.DJANGO_REDIS_LOCK_QUORUMS = {"redlock": ["q0", "q1"]}
+    with pytest.raises(ImproperlyConfigured, match=r"QUORUMS \['redlock'\]: A quorum needs"):
+        Lock("q:bad", using="redlock").acquire()
+    settings.DJANGO_REDIS_LOCK_QUORUMS = {"redlock": ["q0", "q1", "nowhere"], "q0": MEMBERS}
+    ids = {message.id for message in run_checks()}
+    assert {"django_redis_lock.E001", "django_redis_lock.E007"} <= ids
+    with pytest.raises(ImproperlyConfigured, match="names a quorum"):
+        get_redis_client("redlock")
