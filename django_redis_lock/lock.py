@@ -42,9 +42,19 @@ from .conf import lock_settings
 from .connection import LockAlias, async_lock_client, lock_client
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .keys import LockKeys, lock_keys
+from .quorum import AsyncQuorumClient, QuorumClient
 from .quorum import members as quorum_members
 from .renewal import RenewedLease, renewer
-from .scripts import ACQUIRE, EXTEND, RELEASE, Script, await_wake, execute, wait_for_wake
+from .scripts import (
+    ACQUIRE,
+    EXTEND,
+    RELEASE,
+    Script,
+    await_wake,
+    drop_stale_connections,
+    execute,
+    wait_for_wake,
+)
 
 __all__ = ["Lock"]
 
@@ -414,10 +424,10 @@ class Lock:
     def _replicas(client: Any) -> tuple[int, int]:
         """(replicas that must confirm an acquisition, ms to wait for them)."""
         replicas = lock_settings.MIN_REPLICAS
-        if replicas and not hasattr(client, "connection_pool"):
+        if replicas and isinstance(client, QuorumClient | AsyncQuorumClient):
             raise ImproperlyConfigured(
-                "DJANGO_REDIS_LOCK_MIN_REPLICAS is not supported with a Redis Cluster client or "
-                "in quorum mode yet."
+                "DJANGO_REDIS_LOCK_MIN_REPLICAS does not apply in quorum mode: its servers are "
+                "independent, with no replicas to wait for. Set it to 0 for quorum locks."
             )
         return replicas, max(1, int(lock_settings.REPLICA_TIMEOUT * 1000))
 
@@ -614,7 +624,7 @@ class Lock:
                     if _granted(result) and acknowledged < replicas:
                         RELEASE(client, [ctx.keys.lease], [ctx.token, int(self._reentrant)])
                         # Perhaps a stale primary after a failover: ask again where it is.
-                        client.connection_pool.disconnect()  # type: ignore[union-attr]  # Cluster: see _replicas
+                        drop_stale_connections(client, ctx.keys.lease)
                         raise self._unconfirmed(acknowledged, replicas)
                 else:
                     result = ACQUIRE(client, [ctx.keys.lease], self._attempt_args(ctx))

@@ -24,7 +24,8 @@ from typing import Any
 from redis.exceptions import NoScriptError, RedisError
 
 from .conf import lock_settings
-from .scripts import EXTEND, execute, execute_many
+from .quorum import QuorumClient
+from .scripts import EXTEND, drop_stale_connections, execute, execute_many
 
 __all__ = ["RenewedLease", "renewer"]
 
@@ -142,7 +143,7 @@ class _Renewer:
     @staticmethod
     def _extend_all(client: Any, leases: list[RenewedLease]) -> list[Any]:
         replicas = lock_settings.MIN_REPLICAS
-        if replicas and hasattr(client, "connection_pool"):
+        if replicas and not isinstance(client, QuorumClient):
             return [_extend_acknowledged(client, lease, replicas) for lease in leases]
         if len(leases) == 1 or not hasattr(client, "connection_pool"):
             return [
@@ -176,7 +177,7 @@ def _extend_acknowledged(client: Any, lease: RenewedLease, replicas: int) -> Any
     except RedisError as exc:
         return exc
     if result == 1 and acknowledged < replicas:
-        client.connection_pool.disconnect()
+        drop_stale_connections(client, lease.key)
         return ConnectionError(f"only {acknowledged} of {replicas} replicas confirmed the renewal")
     return result
 

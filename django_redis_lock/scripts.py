@@ -25,7 +25,8 @@ import hashlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import AskError, MovedError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 __all__ = [
     "ACQUIRE",
@@ -36,6 +37,7 @@ __all__ = [
     "Script",
     "aexecute",
     "await_wake",
+    "drop_stale_connections",
     "execute",
     "execute_many",
     "wait_for_wake",
@@ -110,6 +112,25 @@ def execute(client: Any, *args: Any) -> Any:
     with _borrowed(client) as connection:
         connection.send_packed_command([_pack(args)])
         return connection.read_response()
+
+
+def _server_of(client: Any, key: str) -> Any:
+    """The plain client of the server that holds ``key``: ``client`` itself, or for a Redis
+    Cluster client the current primary of the key's slot (``WAIT`` must follow the write on the
+    same connection, which the cluster client's own routing does not promise)."""
+    if hasattr(client, "connection_pool"):
+        return client
+    return client.get_redis_connection(client.get_node_from_key(key))
+
+
+def drop_stale_connections(client: Any, key: str) -> None:
+    """After a write no replica confirmed: the server may be a primary that a failover has
+    replaced. Drop its pooled connections, so the next call asks Sentinel where the primary is,
+    and for a Redis Cluster client also read the slot map again."""
+    _server_of(client, key).connection_pool.disconnect()
+    if not hasattr(client, "connection_pool"):
+        with contextlib.suppress(RedisError):
+            client.nodes_manager.initialize()
 
 
 def execute_acknowledged(
@@ -242,11 +263,32 @@ class Script:
         """The script, then ``WAIT`` for ``replicas`` if ``wanted(reply)``: see
         :func:`execute_acknowledged`."""
         command = ("EVALSHA", self.sha, len(keys), *keys, *args)
+        server = _server_of(client, keys[0])
         try:
-            return execute_acknowledged(client, command, replicas, timeout_ms, wanted)
+            return self._acknowledged(server, command, replicas, timeout_ms, wanted)
+        except (MovedError, AskError, RedisConnectionError) as exc:
+            if server is client:
+                raise
+            # A Redis Cluster whose slot moved or whose primary failed: read the slot map
+            # again, so that this call (MOVED: the script did not run) or the next one goes to
+            # the right primary.
+            with contextlib.suppress(RedisError):
+                client.nodes_manager.initialize()
+            if isinstance(exc, RedisConnectionError):
+                raise
+            return self._acknowledged(
+                _server_of(client, keys[0]), command, replicas, timeout_ms, wanted
+            )
+
+    def _acknowledged(
+        self, server: Any, command: Sequence[Any], replicas: int, timeout_ms: int,
+        wanted: Callable[[Any], bool],
+    ) -> tuple[Any, int]:  # fmt: skip
+        try:
+            return execute_acknowledged(server, command, replicas, timeout_ms, wanted)
         except NoScriptError:
-            execute(client, "SCRIPT", "LOAD", self.source)
-            return execute_acknowledged(client, command, replicas, timeout_ms, wanted)
+            execute(server, "SCRIPT", "LOAD", self.source)
+            return execute_acknowledged(server, command, replicas, timeout_ms, wanted)
 
     async def acall_acknowledged(
         self, client: Any, keys: Sequence[str], args: Sequence[Any], replicas: int,

@@ -7,7 +7,7 @@ import threading
 import pytest
 from redis.cluster import RedisCluster
 
-from django_redis_lock import Lock, LockLost, get_redis_client, registry
+from django_redis_lock import Lock, LockBackendError, LockLost, get_redis_client, registry
 from django_redis_lock.keys import lock_keys
 from tests import factories
 
@@ -83,3 +83,16 @@ def test_registry_scans_every_primary(on_cluster):
     assert sorted(seen) == sorted(names)
     assert registry.force_release("listed:3", locks[3].token)
     assert not locks[3].locked()
+
+
+def test_replica_confirmation_goes_to_the_primary_of_the_slot(on_cluster, settings):
+    # The test cluster has no replicas: every acquisition goes unconfirmed, on whichever
+    # primary holds its slot, and is given back.
+    settings.DJANGO_REDIS_LOCK_MIN_REPLICAS = 1
+    settings.DJANGO_REDIS_LOCK_REPLICA_TIMEOUT = 0.05
+    names = [f"cluster:confirmed:{index}" for index in range(6)]  # spread over the primaries
+    assert len({on_cluster.keyslot(lock_keys(name, "default").lease) for name in names}) > 1
+    for name in names:
+        with pytest.raises(LockBackendError, match="only 0 of the 1 replicas"):
+            Lock(name, timeout=10).acquire()
+        assert not on_cluster.exists(lock_keys(name, "default").lease)  # given back
