@@ -36,11 +36,13 @@ from django_redis.client import ShardClient
 from redis import Redis
 from redis import connection as sync_connection
 from redis.cluster import RedisCluster
+from redis.sentinel import SentinelConnectionPool
 
 from .conf import PREFIX, SETTINGS, lock_settings
 from .quorum import AsyncQuorumClient, QuorumClient
 
 RedisClient = Redis | RedisCluster
+AsyncClient = redis.asyncio.Redis | redis.asyncio.RedisCluster
 # What a lock is taken on: a cache alias, a quorum's name, or a quorum as a tuple of aliases.
 LockAlias = str | tuple[str, ...]
 
@@ -223,9 +225,9 @@ def lock_client(alias: LockAlias) -> RedisClient | QuorumClient:
 
 
 # The asyncio twin of each client, per event loop: asyncio connections belong to one loop.
-_async_clients: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[str, redis.asyncio.Redis]
-] = weakref.WeakKeyDictionary()
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AsyncClient]] = (
+    weakref.WeakKeyDictionary()
+)
 
 _ASYNC_CONNECTION_CLASSES: list[tuple[type, type]] = [
     # Most specific first: SSLConnection is a Connection.
@@ -252,9 +254,52 @@ def _accepted_parameters(cls: type) -> set[str]:
 _NOT_COPIED = {"retry", "parser_class", "redis_connect_func", "event_dispatcher"}
 
 
-def _async_twin(client: RedisClient, alias: str) -> redis.asyncio.Redis:
-    """An asyncio client for the same server, with the same credentials and timeouts."""
+def _copyable(kwargs: dict[str, Any], target: Any) -> dict[str, Any]:
+    """The parts of a sync client's configuration that ``target`` (an asyncio class) takes."""
+    accepted = _accepted_parameters(target)
+    return {
+        name: value
+        for name, value in kwargs.items()
+        if name in accepted and name not in _NOT_COPIED
+    }
+
+
+def _async_cluster_twin(client: RedisCluster) -> AsyncClient:
+    from redis.asyncio.cluster import ClusterNode
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    manager = client.nodes_manager
+    nodes = [ClusterNode(node.host, node.port) for node in manager.startup_nodes.values()]
+    return AsyncRedisCluster(
+        startup_nodes=nodes, **_copyable(manager.connection_kwargs, AsyncRedisCluster)
+    )
+
+
+def _async_sentinel_twin(pool: Any) -> redis.asyncio.Redis:
+    from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+
+    manager = pool.sentinel_manager
+    sentinels = [
+        (sentinel.connection_pool.connection_kwargs["host"],
+         sentinel.connection_pool.connection_kwargs["port"])
+        for sentinel in manager.sentinels
+    ]  # fmt: skip
+    async_manager = AsyncSentinel(  # type: ignore[no-untyped-call]
+        sentinels,
+        min_other_sentinels=manager.min_other_sentinels,
+        sentinel_kwargs=_copyable(manager.sentinel_kwargs, redis.asyncio.Connection),
+        **_copyable(pool.connection_kwargs, redis.asyncio.Connection),
+    )
+    return cast(redis.asyncio.Redis, async_manager.master_for(pool.service_name))
+
+
+def _async_twin(client: RedisClient, alias: str) -> AsyncClient:
+    """An asyncio client for the same server(s), with the same credentials and timeouts."""
+    if isinstance(client, RedisCluster):
+        return _async_cluster_twin(client)
     pool = getattr(client, "connection_pool", None)
+    if isinstance(pool, SentinelConnectionPool):
+        return _async_sentinel_twin(pool)
     connection_class = getattr(pool, "connection_class", None)
     async_class = next(
         (
@@ -271,21 +316,18 @@ def _async_twin(client: RedisClient, alias: str) -> redis.asyncio.Redis:
             f"The async lock API cannot derive an asyncio client from the client of cache alias "
             f"{alias!r} ({type(client).__name__} with "
             f"{getattr(connection_class, '__name__', 'no')} connections); it supports plain "
-            "TCP, TLS and unix-socket connection pools. Use the sync API, or async_to_sync."
+            "TCP, TLS and unix-socket connection pools, Sentinel and Redis Cluster. Use the "
+            "sync API, or async_to_sync."
         )
-    accepted = _accepted_parameters(async_class)
-    kwargs = {
-        name: value
-        for name, value in pool.connection_kwargs.items()
-        if name in accepted and name not in _NOT_COPIED
-    }
     async_pool = redis.asyncio.ConnectionPool(
-        connection_class=async_class, max_connections=pool.max_connections, **kwargs
+        connection_class=async_class,
+        max_connections=pool.max_connections,
+        **_copyable(pool.connection_kwargs, async_class),
     )
     return redis.asyncio.Redis(connection_pool=async_pool)
 
 
-def get_async_redis_client(alias: str | None = None) -> redis.asyncio.Redis:
+def get_async_redis_client(alias: str | None = None) -> AsyncClient:
     """The asyncio twin of :func:`get_redis_client` for the running event loop."""
     loop = asyncio.get_running_loop()
     if alias is None:
@@ -297,7 +339,7 @@ def get_async_redis_client(alias: str | None = None) -> redis.asyncio.Redis:
     return client
 
 
-def async_lock_client(alias: LockAlias) -> redis.asyncio.Redis | AsyncQuorumClient:
+def async_lock_client(alias: LockAlias) -> AsyncClient | AsyncQuorumClient:
     """:func:`lock_client` for asyncio."""
     client = lock_client(alias)
     if isinstance(client, QuorumClient):
@@ -313,7 +355,12 @@ async def aclose_async_redis_clients() -> None:
     """
     for client in _async_clients.pop(asyncio.get_running_loop(), {}).values():
         await client.aclose()
-        await client.connection_pool.disconnect()  # ours: aclose() leaves a given pool open
+        if isinstance(client, redis.asyncio.Redis):
+            await client.connection_pool.disconnect()  # ours: aclose() leaves a given pool open
+            # A Sentinel-backed client also holds connections to the Sentinels it asked.
+            manager = getattr(client.connection_pool, "sentinel_manager", None)
+            for sentinel in manager.sentinels if manager is not None else []:
+                await sentinel.aclose()
 
 
 @receiver(setting_changed)

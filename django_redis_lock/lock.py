@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import RedisError
 
 from . import signals
@@ -428,6 +429,11 @@ class Lock:
             raise ImproperlyConfigured(
                 "DJANGO_REDIS_LOCK_MIN_REPLICAS does not apply in quorum mode: its servers are "
                 "independent, with no replicas to wait for. Set it to 0 for quorum locks."
+            )
+        if replicas and isinstance(client, AsyncRedisCluster):
+            raise ImproperlyConfigured(
+                "DJANGO_REDIS_LOCK_MIN_REPLICAS is not supported by the async API on a Redis "
+                "Cluster yet: use the sync API (or sync_to_async) for these locks."
             )
         return replicas, max(1, int(lock_settings.REPLICA_TIMEOUT * 1000))
 

@@ -219,7 +219,7 @@ def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) 
 
 async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> bool:
     """:func:`wait_for_wake` for a ``redis.asyncio`` client."""
-    if not hasattr(client, "connection_pool"):  # quorum mode: see quorum.py
+    if not hasattr(client, "connection_pool"):  # Redis Cluster, or quorum mode (quorum.py)
         return await client.execute_command("BLPOP", key, seconds) is not None
     server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
     async with _aborrowed(client) as connection:
@@ -234,7 +234,7 @@ async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = Tru
 
 async def aexecute(client: Any, *args: Any) -> Any:
     """:func:`execute` for a ``redis.asyncio`` client."""
-    if not hasattr(client, "connection_pool"):  # quorum mode: see quorum.py
+    if not hasattr(client, "connection_pool"):  # Redis Cluster, or quorum mode (quorum.py)
         return await client.execute_command(*args)
     async with _aborrowed(client) as connection:
         await connection.send_packed_command([_pack(args)])
@@ -305,7 +305,10 @@ class Script:
         try:
             return await aexecute(client, "EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            await aexecute(client, "SCRIPT", "LOAD", self.source)
+            if hasattr(client, "connection_pool"):
+                await aexecute(client, "SCRIPT", "LOAD", self.source)
+            else:  # an asyncio Redis Cluster client: it loads the script on every primary
+                await client.script_load(self.source)
             return await aexecute(client, "EVALSHA", self.sha, len(keys), *keys, *args)
 
 
