@@ -33,7 +33,9 @@ so the next majority (which shares a server with this one) can only count on fro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import os
 import random
 import select
@@ -115,6 +117,26 @@ def members(value: Any) -> tuple[str, ...]:
 
 def _answered(reply: Any) -> bool:
     return not isinstance(reply, RedisError)
+
+
+def _broken(reply: Any) -> bool:
+    """An error of the connection, not an error reply of the server."""
+    return isinstance(reply, RedisError) and not isinstance(reply, ResponseError)
+
+
+def _readable(sockets: list[Any], timeout: float) -> list[Any]:
+    """Those of ``sockets`` with something to read, waiting up to ``timeout`` seconds.
+
+    poll(), not select(): select() cannot watch a descriptor numbered 1024 or more, which a
+    busy process easily has."""
+    if not hasattr(select, "poll"):  # pragma: no cover - Windows
+        return select.select(sockets, [], [], timeout)[0]
+    poller = select.poll()
+    by_fd = {}
+    for sock in sockets:
+        poller.register(sock, select.POLLIN)
+        by_fd[sock.fileno()] = sock
+    return [by_fd[fd] for fd, _ in poller.poll(math.ceil(timeout * 1000))]
 
 
 def _is_list(reply: Any) -> bool:
@@ -199,7 +221,7 @@ class QuorumClient:
         except IndexError:
             return [None] * len(self.clients)
         sockets = [link.socket for link in links if link is not None and link.socket]
-        readable, _, _ = select.select(sockets, [], [], 0) if sockets else ([], [], [])
+        readable = _readable(sockets, 0) if sockets else []
         now = time.monotonic()
         for index, link in enumerate(links):
             if link is None:
@@ -210,7 +232,8 @@ class QuorumClient:
                 if link.owed:
                     # Late answers of a server that was slow or silent: read and forget them.
                     while link.owed and link.connection.can_read(timeout=0):
-                        link.connection.read_response()
+                        with contextlib.suppress(ResponseError):  # an error reply is one too
+                            link.connection.read_response()
                         link.owed -= 1
                     if link.owed and now - link.silent_since > self.reply_timeout:
                         raise RedisConnectionError("silent for too long")
@@ -272,7 +295,7 @@ class QuorumClient:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                ready, _, _ = select.select(list(waiting), [], [], remaining)
+                ready = _readable(list(waiting), remaining)
                 for sock in ready:
                     index = waiting[sock]
                     link = links[index]
@@ -281,7 +304,7 @@ class QuorumClient:
                         reply = link.connection.read_response()
                     except RedisError as exc:  # ResponseError: a complete error reply
                         reply = exc
-                    if link.owed and not isinstance(reply, RedisError | OSError):
+                    if link.owed and not _broken(reply):
                         link.owed -= 1  # the late answer to an earlier call: not ours
                         continue
                     del waiting[sock]
@@ -298,10 +321,7 @@ class QuorumClient:
                 reply = replies.get(index)
                 if link is not None and (
                     (index in indexes and reply is None)  # interrupted: out of step
-                    or (
-                        isinstance(reply, RedisError)
-                        and not isinstance(reply, ResponseError | _Silent)
-                    )
+                    or (_broken(reply) and not isinstance(reply, _Silent))
                 ):
                     self._drop(index, link)
                     links[index] = None

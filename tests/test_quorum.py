@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import threading
 import time
@@ -327,3 +328,19 @@ def test_bad_quorum_settings(quorum, settings):
     assert {"django_redis_lock.E001", "django_redis_lock.E007"} <= ids
     with pytest.raises(ImproperlyConfigured, match="names a quorum"):
         get_redis_client("redlock")
+
+
+def test_sockets_numbered_past_1024_are_watched_too(quorum):
+    """select() cannot watch a descriptor numbered 1024 or more; a busy process has them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard limit on open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with Lock("q:many-files", using="redlock") as held:
+            assert held.owned()
+    finally:
+        for descriptor in spare:
+            os.close(descriptor)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
