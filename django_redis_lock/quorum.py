@@ -139,6 +139,23 @@ def _readable(sockets: list[Any], timeout: float) -> list[Any]:
     return [by_fd[fd] for fd, _ in poller.poll(math.ceil(timeout * 1000))]
 
 
+_NOTHING = object()  # no answer (yet): None is an answer (a nil reply)
+
+
+def _read(link: _Link) -> Any:
+    try:
+        return link.connection.read_response()
+    except RedisError as exc:  # ResponseError: a complete error reply
+        return exc
+
+
+def _buffered(link: _Link) -> bool:
+    try:
+        return bool(link.connection.can_read(timeout=0))
+    except RedisError:
+        return True  # the next read reports it
+
+
 def _is_list(reply: Any) -> bool:
     return isinstance(reply, list)
 
@@ -300,15 +317,15 @@ class QuorumClient:
                     index = waiting[sock]
                     link = links[index]
                     assert link is not None
-                    try:
-                        reply = link.connection.read_response()
-                    except RedisError as exc:  # ResponseError: a complete error reply
-                        reply = exc
-                    if link.owed and not _broken(reply):
-                        link.owed -= 1  # the late answer to an earlier call: not ours
-                        continue
-                    del waiting[sock]
-                    replies[index] = reply
+                    reply = _read(link)
+                    # Late answers to earlier calls come first. The answer to this call may
+                    # have come with them, into the parser's buffer, where poll() cannot see it.
+                    while link.owed and not _broken(reply):
+                        link.owed -= 1
+                        reply = _read(link) if _buffered(link) else _NOTHING
+                    if reply is not _NOTHING:
+                        del waiting[sock]
+                        replies[index] = reply
             now = time.monotonic()
             for index in waiting.values():
                 link = links[index]

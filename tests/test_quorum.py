@@ -192,6 +192,30 @@ def test_a_paused_server_holds_nobody_up(quorum):
         assert quorum.clients[2].exists(key)  # and it takes part again
 
 
+def test_late_answers_arriving_with_the_current_one_are_sorted_out(quorum):
+    """A server that resumes sends its late answers and the current one together: the current
+    one must be found in the client's buffer, not waited for until the socket timeout."""
+    paused = quorum.servers[2]
+    name = "q:late-answers"
+    with Lock(name, using="redlock"):
+        pass  # connections to every server exist
+    os.kill(paused.pid, signal.SIGSTOP)
+    try:
+        with Lock(name, using="redlock"):  # decided by servers 0 and 1: server 2 owes two answers
+            pass
+        quorum.clients[1].hset(lease_key(name), mapping={"token": "someone-else", "count": 1})
+        quorum.clients[1].pexpire(lease_key(name), 30000)
+        resume = threading.Timer(0.1, os.kill, (paused.pid, signal.SIGCONT))
+        resume.start()
+        started = time.monotonic()
+        # Server 0 grants, server 1 refuses: server 2 decides, once it resumes.
+        assert Lock(name, using="redlock").acquire(wait=0)
+        assert time.monotonic() - started < 1  # not the 2 s socket timeout
+        resume.join()
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+
+
 def test_fencing_tokens_increase_across_majorities(quorum):
     """Each server counts its own tokens (from its own clock): the largest one a majority gave
     is written back to them, so the next majority, which shares a server, counts on from it."""
