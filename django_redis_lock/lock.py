@@ -51,6 +51,7 @@ from .scripts import (
     EXTEND,
     RELEASE,
     Script,
+    adrop_stale_connections,
     await_wake,
     drop_stale_connections,
     execute,
@@ -803,7 +804,7 @@ class Lock:
                         await RELEASE.acall(
                             client, [ctx.keys.lease], [ctx.token, int(self._reentrant)]
                         )
-                        await client.connection_pool.disconnect()  # type: ignore[union-attr]  # quorum: see _replicas
+                        await adrop_stale_connections(client)
                         raise self._unconfirmed(acknowledged, replicas)
                 else:
                     result = await ACQUIRE.acall(client, [ctx.keys.lease], self._attempt_args(ctx))

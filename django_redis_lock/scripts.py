@@ -27,6 +27,7 @@ from typing import Any
 
 from redis.exceptions import AskError, MovedError, NoScriptError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = [
     "ACQUIRE",
@@ -35,6 +36,7 @@ __all__ = [
     "RAISE_FENCE",
     "RELEASE",
     "Script",
+    "adrop_stale_connections",
     "aexecute",
     "await_wake",
     "drop_stale_connections",
@@ -107,11 +109,25 @@ def execute(client: Any, *args: Any) -> Any:
     tried once; the caller decides what a failure means.
     """
     pool = getattr(client, "connection_pool", None)
-    if pool is None:  # RedisCluster (routes by key, follows MOVED) or a QuorumClient
-        return client.execute_command(*args)
+    if pool is None:
+        key = _routing_key(args) if hasattr(client, "get_node_from_key") else None
+        if key is None:  # a QuorumClient, or SCRIPT LOAD on every primary of a Cluster
+            return client.execute_command(*args)
+        # Redis Cluster: with its node named, redis-py sends the command once (still following
+        # MOVED and ASK, which mean it did not run) instead of retrying it after a timeout or
+        # a dropped connection, when it may have run.
+        return client.execute_command(*args, target_nodes=client.get_node_from_key(key))
     with _borrowed(client) as connection:
         connection.send_packed_command([_pack(args)])
         return connection.read_response()
+
+
+def _routing_key(args: Sequence[Any]) -> Any:
+    """The key a command of ours is routed by on a Redis Cluster (None: no key)."""
+    name = str(args[0]).upper()
+    if name in ("EVALSHA", "EVAL"):
+        return args[3] if int(args[2]) else None
+    return args[1] if name != "SCRIPT" and len(args) > 1 else None
 
 
 def _server_of(client: Any, key: str) -> Any:
@@ -125,12 +141,30 @@ def _server_of(client: Any, key: str) -> Any:
 
 def drop_stale_connections(client: Any, key: str) -> None:
     """After a write no replica confirmed: the server may be a primary that a failover has
-    replaced. Drop its pooled connections, so the next call asks Sentinel where the primary is,
-    and for a Redis Cluster client also read the slot map again."""
-    _server_of(client, key).connection_pool.disconnect()
-    if not hasattr(client, "connection_pool"):
+    replaced. Find out where the primary is now and drop the idle connections to the old one.
+
+    Idle ones only: another thread may be blocked on one of the others (a waiter); a Sentinel
+    pool closes those when they come back, once it knows the new primary's address.
+    """
+    pool = _server_of(client, key).connection_pool
+    if hasattr(pool, "get_master_address"):  # Sentinel: asks it, drops idle ones if moved
+        with contextlib.suppress(RedisError):
+            pool.get_master_address()
+    else:
+        pool.disconnect(inuse_connections=False)
+    if not hasattr(client, "connection_pool"):  # Redis Cluster: read the slot map again
         with contextlib.suppress(RedisError):
             client.nodes_manager.initialize()
+
+
+async def adrop_stale_connections(client: Any) -> None:
+    """:func:`drop_stale_connections` for a ``redis.asyncio`` client (not a Cluster)."""
+    pool = client.connection_pool
+    if hasattr(pool, "get_master_address"):
+        with contextlib.suppress(RedisError):
+            await pool.get_master_address()
+    else:
+        await pool.disconnect(inuse_connections=False)
 
 
 def execute_acknowledged(
@@ -202,18 +236,43 @@ def _blpop_timeouts(seconds: float, exact: bool) -> tuple[float, float]:
     return seconds, seconds + _SERVER_LATENESS
 
 
+def _interrupted(error: RedisError) -> bool:
+    """A blocked wait that ended because the server went away or changed role: a failover
+    (Redis Cluster answers ``-UNBLOCKED`` to clients blocked on a primary that became a
+    replica, or ``MOVED``; Sentinel's demotion closes the connection), not a bad request."""
+    if isinstance(error, MovedError | AskError | RedisConnectionError | RedisTimeoutError):
+        return True
+    return isinstance(error, ResponseError) and str(error).startswith("UNBLOCKED")
+
+
 def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> bool:
-    """Block until something is pushed on ``key`` (True) or ``seconds`` pass (False)."""
+    """Block until something is pushed on ``key`` (True) or ``seconds`` pass (False).
+
+    A wait interrupted by a failover also returns False: the caller asks the lock again,
+    which fails at once if no primary answers, or goes on waiting on the new one.
+    """
+    if not hasattr(client, "connection_pool"):
+        if not hasattr(client, "get_node_from_key"):  # quorum mode: see quorum.py
+            return execute(client, "BLPOP", key, seconds) is not None
+        cluster, client = client, _server_of(client, key)  # timed here, on the node's own pool
+    else:
+        cluster = None
     server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
-    if not hasattr(client, "connection_pool"):  # Cluster: routed by key, the server's timeout
-        return execute(client, "BLPOP", key, seconds) is not None
-    with _borrowed(client) as connection:
-        connection.send_packed_command([_pack(("BLPOP", key, server_timeout))])
-        if connection.can_read(timeout=client_timeout):
-            return connection.read_response() is not None
-        # Still blocked server-side: drop the connection rather than wait for the reply. A
-        # wake-up popped just now is not lost: the caller asks the queue again either way.
-        connection.disconnect()
+    try:
+        with _borrowed(client) as connection:
+            connection.send_packed_command([_pack(("BLPOP", key, server_timeout))])
+            if connection.can_read(timeout=client_timeout):
+                return connection.read_response() is not None
+            # Still blocked server-side: drop the connection rather than wait for the reply. A
+            # wake-up popped just now is not lost: the caller asks the queue again either way.
+            connection.disconnect()
+            return False
+    except RedisError as error:
+        if not _interrupted(error):
+            raise
+        if cluster is not None:  # read the slot map again: the next call goes where it moved
+            with contextlib.suppress(RedisError):
+                cluster.nodes_manager.initialize()
         return False
 
 
@@ -222,14 +281,19 @@ async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = Tru
     if not hasattr(client, "connection_pool"):  # Redis Cluster, or quorum mode (quorum.py)
         return await client.execute_command("BLPOP", key, seconds) is not None
     server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
-    async with _aborrowed(client) as connection:
-        await connection.send_packed_command([_pack(("BLPOP", key, server_timeout))])
-        try:
-            reply = await asyncio.wait_for(connection.read_response(), client_timeout)
-        except asyncio.TimeoutError:
-            await connection.disconnect()
-            return False
-        return reply is not None
+    try:
+        async with _aborrowed(client) as connection:
+            await connection.send_packed_command([_pack(("BLPOP", key, server_timeout))])
+            try:
+                reply = await asyncio.wait_for(connection.read_response(), client_timeout)
+            except asyncio.TimeoutError:
+                await connection.disconnect()
+                return False
+            return reply is not None
+    except RedisError as error:
+        if not _interrupted(error):
+            raise
+        return False
 
 
 async def aexecute(client: Any, *args: Any) -> Any:

@@ -625,26 +625,10 @@ return 1
 """
 
 
-_CLUSTER_EXECUTE = (
-    "scripts.execute() sends each command once ('not client.execute_command: that retries ... "
-    "and could run a lock script twice (a re-entry counted twice)'), but for a RedisCluster "
-    "client it calls client.execute_command, which redis-py retries on TimeoutError and "
-    "ConnectionError (10 retries by default, each after re-reading the slot map), and its "
-    "wake-up wait is a plain BLPOP read under the client's socket_timeout (the single-server "
-    "path reads it with its own deadline instead). "
-)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=KnownBug,
-    reason=_CLUSTER_EXECUTE
-    + "A release() sent while the server stalls longer than the socket_timeout is sent again "
-    "on each timeout; the server runs every copy when it wakes up: one release() of a "
-    "re-entrant lock held twice deletes the lease, returns normally, and leaves the Lock "
-    "believing it still holds one level while anyone can take the lock.",
-)
 def test_release_is_not_repeated_by_the_cluster_clients_retries(moving, new_lock, point_locks_at):
+    """redis-py's Cluster client retries a command after a timeout (10 times by default), when
+    it may have run: lock commands name their node, which makes redis-py send them once. A
+    release() of one level of two, sent while the server stalls, must not be applied twice."""
     name = "retried:release"
     keys = lock_keys(name, "default")
     node = moving.primary_of(slot_of(name))
@@ -680,16 +664,9 @@ def test_release_is_not_repeated_by_the_cluster_clients_retries(moving, new_lock
     assert lock.owned()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KnownBug,
-    reason=_CLUSTER_EXECUTE
-    + "So with a socket_timeout shorter than the wait, acquire(wait=...) on a held lock gets "
-    "a TimeoutError from its BLPOP, retried ten times, and raises LockBackendError "
-    "('TimeoutError: Timeout reading from socket') after 11 socket timeouts, instead of "
-    "returning False when its wait is over.",
-)
 def test_waiting_longer_than_the_cluster_clients_socket_timeout(moving, new_lock, point_locks_at):
+    """The wake-up wait is timed by the lock on the node's own connection, as on one server,
+    not cut by the Cluster client's socket_timeout (and then retried)."""
     point_locks_at(moving.nodes[0], socket_timeout=0.2)
     holder = new_lock("retried:wait", timeout=10)
     assert holder.acquire(wait=0)
@@ -773,20 +750,12 @@ def test_coordinated_failover_keeps_the_lock(replicated, point_locks_at, new_loc
     after.release()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KnownBug,
-    reason="A waiter blocked on its wake-up list on the old primary gets the error reply "
-    "'UNBLOCKED force unblock from blocking operation, instance state changed (master -> "
-    "replica?)' when that primary turns replica (Redis unblocks clients so on a role change, "
-    "in cluster mode too), not MOVED; redis-py raises it as a ResponseError and acquire() "
-    "turns it into LockBackendError, though the lock is fully available on the new primary: "
-    "an interrupted wake-up wait could simply be followed by another look (ACQUIRE), which "
-    "the client routes to the new primary.",
-)
 def test_waiter_blocked_during_a_coordinated_failover_gets_the_lock(
     replicated, point_locks_at, new_lock
 ):
+    """A waiter blocked on its wake-up list on the old primary gets '-UNBLOCKED ... (master ->
+    replica?)' when that primary turns replica: the wait counts as interrupted, the slot map is
+    read again, and the waiter looks again, on the new primary."""
     name = "failover:coordinated-waiter"
     keys = lock_keys(name, "default")
     slot = slot_of(name)

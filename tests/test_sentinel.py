@@ -331,11 +331,13 @@ def test_failover_with_replica_confirmation(settings, sentinel_setup):
     survives it as without confirmation. What differs: the waiter woken on the old primary
     (by a release that went there) does not take the lock silently: the old primary has no
     replica left, so its acquisition is unconfirmed, released again, and acquire() raises
-    LockBackendError. Dropping the pool's connections then (to ask Sentinel again) also cuts
-    off the other waiter of this process, which stops waiting with an error (see the xfail
-    test below). The client is then on the new primary, where owned() and release() work;
-    but the new primary has no replica until the old one is demoted and resynced, so nobody
-    can take a lock meanwhile. The release that went to the old primary is lost, too."""
+    LockBackendError. The unconfirmed write makes the client ask Sentinel where the primary
+    is: its idle connections to the old one are dropped, and the connection the other waiter
+    is blocked on is closed when it comes back, so that waiter goes on waiting, on the new
+    primary. There owned() and release() work, and the release wakes that waiter; but the new
+    primary has no replica until the old one is demoted and resynced, so its acquisition is
+    unconfirmed too, and nobody can take a lock meanwhile. The release that went to the old
+    primary is lost."""
     settings.DJANGO_REDIS_LOCK_MIN_REPLICAS = 1
     primary, replica, sentinel_client, master = sentinel_setup
     kept, released = Lock("kept", timeout=30), Lock("released", timeout=30)
@@ -354,13 +356,15 @@ def test_failover_with_replica_confirmation(settings, sentinel_setup):
         assert isinstance(late.outcome, LockBackendError), late.outcome
         assert "only 0 of the 1 replicas" in str(late.outcome)
         assert _token(primary, "released") is None  # taken and released again there
-        cut_off = waiters["kept"]
-        assert cut_off.done.wait(2), "the other waiter went on waiting"
-        assert isinstance(cut_off.outcome, Exception), cut_off.outcome
+        other = waiters["kept"]
+        assert not other.done.wait(1), f"the other waiter stopped waiting: {other.outcome!r}"
 
         assert kept.owned()
         kept.release()
-        assert _token(replica, "kept") is None
+        assert other.done.wait(10), "the other waiter was not woken on the new primary"
+        assert isinstance(other.outcome, LockBackendError), other.outcome
+        assert "only 0 of the 1 replicas" in str(other.outcome)
+        assert _token(replica, "kept") is None  # released, and the waiter's try given back
         assert _token(primary, "kept") == kept_token  # released on the new primary only
         with pytest.raises(LockBackendError, match="only 0 of the 1 replicas"):
             Lock("kept", timeout=5).acquire(wait=0)
@@ -372,15 +376,6 @@ def test_failover_with_replica_confirmation(settings, sentinel_setup):
             waiter.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "An unconfirmed acquisition (or renewal) calls connection_pool.disconnect(), which "
-        "also closes the connections other threads are using: a waiter blocked in BLPOP "
-        "stops waiting, with ValueError('I/O operation on closed file.') escaping acquire() "
-        "(not a LockError), although docs/deployment.md says waiters go on waiting."
-    ),
-)
 def test_an_unconfirmed_acquisition_leaves_other_waiters_waiting(settings, sentinel_setup):
     settings.DJANGO_REDIS_LOCK_MIN_REPLICAS = 1
     settings.DJANGO_REDIS_LOCK_REPLICA_TIMEOUT = 0.2
