@@ -113,7 +113,9 @@ class _Renewer:
         started = time.monotonic()
         try:
             results = self._extend_all(client, leases)
-        except RedisError as exc:
+        except Exception as exc:
+            # Whatever it was, these leases were not renewed: retried until they would end,
+            # then reported lost (never left due, which would spin this thread).
             results = [exc] * len(leases)
         lost: list[tuple[RenewedLease, str]] = []
         with self._condition:

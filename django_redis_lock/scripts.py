@@ -25,7 +25,14 @@ import hashlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
-from redis.exceptions import AskError, MovedError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import (
+    AskError,
+    MovedError,
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -153,7 +160,7 @@ def drop_stale_connections(client: Any, key: str) -> None:
     else:
         pool.disconnect(inuse_connections=False)
     if not hasattr(client, "connection_pool"):  # Redis Cluster: read the slot map again
-        with contextlib.suppress(RedisError):
+        with contextlib.suppress(RedisError, RedisClusterException):
             client.nodes_manager.initialize()
 
 
@@ -271,7 +278,7 @@ def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) 
         if not _interrupted(error):
             raise
         if cluster is not None:  # read the slot map again: the next call goes where it moved
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(RedisError, RedisClusterException):
                 cluster.nodes_manager.initialize()
         return False
 
@@ -336,7 +343,7 @@ class Script:
             # A Redis Cluster whose slot moved or whose primary failed: read the slot map
             # again, so that this call (MOVED: the script did not run) or the next one goes to
             # the right primary.
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(RedisError, RedisClusterException):
                 client.nodes_manager.initialize()
             if isinstance(exc, RedisConnectionError):
                 raise
@@ -534,17 +541,18 @@ RELEASE = Script(
     + _WAKE_NEXT
     + """
 if redis.call('HGET', lease_key, 'token') ~= ARGV[1] then return -1 end
-if ARGV[2] == '1' then
-  local count = redis.call('HINCRBY', lease_key, 'count', -1)
-  if count > 0 then return count end
+if ARGV[2] == '1' and tonumber(redis.call('HGET', lease_key, 'count') or '1') > 1 then
+  return redis.call('HINCRBY', lease_key, 'count', -1)
 end
+-- The lease is deleted last: a script that stops half-way (a Cluster slot being migrated
+-- away has siblings that are not here) leaves it held, so release() can be retried.
+wake_next()
 if ARGV[3] then
   -- The result of the guarded work, kept for duplicates: written before the lock is free, so
   -- no duplicate can slip in between.
   redis.call('SET', lease_key .. ':r', ARGV[3], 'PX', ARGV[4])
 end
 redis.call('DEL', lease_key)
-wake_next()
 return 0
 """,
 )
@@ -568,8 +576,8 @@ FORCE_RELEASE = Script(
     + _WAKE_NEXT
     + """
 if redis.call('HGET', lease_key, 'token') ~= ARGV[1] then return 0 end
+wake_next()  -- before the delete: see RELEASE
 redis.call('DEL', lease_key)
-wake_next()
 return 1
 """,
 )

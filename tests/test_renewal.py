@@ -128,3 +128,26 @@ def test_released_locks_leave_the_watchdog(settings):
         hold = held._hold()
         assert hold.renewal in renewer
     assert hold.renewal not in renewer
+
+
+def test_an_unexpected_error_is_a_failed_renewal_not_a_spinning_thread(
+    settings, monkeypatch, losses
+):
+    """Not every client error is a RedisError (redis-py's RedisClusterException is not): it
+    counts as a renewal that did not happen, retried (more often as the lease runs out), and
+    the lock is reported lost when its lease would have ended."""
+    calls = []
+
+    def broken(client, leases):
+        calls.append(time.monotonic())
+        raise RuntimeError("not a RedisError")
+
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    held = Lock("unexpected-error")
+    held.acquire()
+    monkeypatch.setattr(renewer, "_extend_all", broken)
+    assert losses.event.wait(3)
+    assert held.lost
+    assert losses == [("unexpected-error", losses[0][1])]
+    assert "not a RedisError" in losses[0][1]
+    assert len(calls) < 100  # retried, not spun on (a spinning thread makes thousands)
