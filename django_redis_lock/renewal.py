@@ -66,6 +66,10 @@ class _Renewer:
         self._thread: threading.Thread | None = None
         # When the thread will next look (None: it is busy, or waits for a first lease).
         self._wakes_at: float | None = None
+        # Clients whose renewals are under way, each in a thread of its own: a Redis that is
+        # slow or gone (a Sentinel set-up asked for a primary it no longer has, with redis-py's
+        # retries) holds up its own leases, not those on other servers.
+        self._busy: set[int] = set()
 
     def add(self, lease: RenewedLease) -> None:
         with self._condition:
@@ -92,21 +96,35 @@ class _Renewer:
             with self._condition:
                 while True:
                     now = time.monotonic()
-                    due = [lease for lease in self._leases if lease.due <= now]
+                    idle = [lease for lease in self._leases if id(lease.client) not in self._busy]
+                    due = [lease for lease in idle if lease.due <= now]
                     if due:
                         self._wakes_at = None
                         break
-                    next_due = min((lease.due for lease in self._leases), default=None)
+                    next_due = min((lease.due for lease in idle), default=None)
                     self._wakes_at = next_due
                     self._condition.wait(None if next_due is None else next_due - now)
-            by_client: dict[int, list[RenewedLease]] = {}
-            for lease in due:
-                by_client.setdefault(id(lease.client), []).append(lease)
-            for leases in by_client.values():
-                try:
-                    self._renew(leases)
-                except Exception:  # the watchdog must never die
-                    logger.exception("django-redis-lock: renewal failed unexpectedly")
+                by_client: dict[int, list[RenewedLease]] = {}
+                for lease in due:
+                    by_client.setdefault(id(lease.client), []).append(lease)
+                self._busy.update(by_client)
+            for client_id, leases in by_client.items():
+                threading.Thread(
+                    target=self._renew_batch,
+                    args=(client_id, leases),
+                    name="django-redis-lock-renewal-batch",
+                    daemon=True,
+                ).start()
+
+    def _renew_batch(self, client_id: int, leases: list[RenewedLease]) -> None:
+        try:
+            self._renew(leases)
+        except Exception:  # the watchdog must never die
+            logger.exception("django-redis-lock: renewal failed unexpectedly")
+        finally:
+            with self._condition:
+                self._busy.discard(client_id)
+                self._condition.notify()
 
     def _renew(self, leases: list[RenewedLease]) -> None:
         client = leases[0].client

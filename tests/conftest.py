@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import os
+import random
+import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -96,6 +98,31 @@ def redis_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         servers.stop_all()
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def start_cluster_node(start: Callable[..., EmbeddedRedis], args: list[str]) -> EmbeddedRedis:
+    """A cluster-mode server on a port of our choosing: its cluster bus listens on the port
+    + 10000, so the port must be at most 55535 (a free port picked by the kernel often is not)
+    and the bus port free too."""
+    for attempt in range(5):
+        port = random.randint(20000, 55535)
+        if not (_bindable(port) and _bindable(port + 10000)):
+            continue
+        try:
+            return start(port=port, args=args)
+        except RuntimeError:  # taken meanwhile
+            if attempt == 4:
+                raise
+    raise RuntimeError("no free pair of ports for a cluster node")
+
+
 class _Cluster:
     """A Redis Cluster of private servers on loopback, slots split evenly between them."""
 
@@ -118,13 +145,9 @@ def _session_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Clus
     import time
 
     pool = _Servers(lambda: tmp_path_factory.mktemp("cluster"))
-    servers = [
-        pool.start(
-            args=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                  "--cluster-node-timeout", "2000"]
-        )
-        for _ in range(3)
-    ]  # fmt: skip
+    args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", "2000"]  # fmt: skip
+    servers = [start_cluster_node(pool.start, args) for _ in range(3)]
     clients = [redis.Redis.from_url(server.url) for server in servers]
     total = 16384
     for index, client in enumerate(clients):

@@ -18,6 +18,14 @@ from tests import factories
 _services = iter(range(1_000_000))
 
 
+async def take_and_release(lock):
+    """A waiter's task: whether it got the lock (then given back, by the task that holds it)."""
+    acquired = await lock.aacquire()
+    if acquired:
+        await lock.arelease()
+    return acquired
+
+
 @pytest.fixture
 def on_cluster(settings, redis_cluster):
     factories.cluster_url[:] = [redis_cluster.startup_url]
@@ -34,7 +42,7 @@ def test_async_locks_on_a_cluster(on_cluster, settings):
             async with Lock(name, timeout=10, fencing=True, reentrant=True) as held:
                 assert held.fencing_token
                 assert on_cluster.exists(lock_keys(name, "default").lease)
-                waiter = asyncio.create_task(Lock(name, wait=5).aacquire())
+                waiter = asyncio.create_task(take_and_release(Lock(name, wait=5)))
                 # The waiter queues on the cluster (its own wake-up list, in the lock's slot).
                 queue = lock_keys(name, "default").queue
                 while not on_cluster.exists(queue):
@@ -94,7 +102,7 @@ def test_async_locks_through_sentinel(settings, redis_server_factory):
             assert primary_client.hget(lock_keys("async-sentinel", "default").lease, "token") == (
                 held.token.encode()
             )
-            waiter = asyncio.create_task(Lock("async-sentinel", wait=5).aacquire())
+            waiter = asyncio.create_task(take_and_release(Lock("async-sentinel", wait=5)))
             while not primary_client.exists(lock_keys("async-sentinel", "default").queue):
                 await asyncio.sleep(0.005)
         assert await waiter

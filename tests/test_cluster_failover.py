@@ -17,8 +17,6 @@ mocked: every server is a real ``redis-server`` process started here and stopped
 from __future__ import annotations
 
 import contextlib
-import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +34,7 @@ from redis.retry import Retry
 from django_redis_lock import Lock, LockBackendError, LockError, LockNotOwned, get_redis_client
 from django_redis_lock.embedded import EmbeddedRedis
 from django_redis_lock.keys import lock_keys
+from tests.conftest import start_cluster_node
 
 T = TypeVar("T")
 
@@ -119,31 +118,6 @@ class Node:
         return [line.split() for line in self.cmd("CLUSTER", "NODES").decode().splitlines()]
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def start_cluster_node(start: Callable[..., EmbeddedRedis]) -> EmbeddedRedis:
-    """A cluster-mode server on a port of our choosing: its cluster bus listens on the port
-    + 10000, so the port must be at most 55535 (a free port picked by the kernel often is not)
-    and the bus port free too."""
-    for attempt in range(5):
-        port = random.randint(20000, 55535)
-        if not (_bindable(port) and _bindable(port + 10000)):
-            continue
-        try:
-            return start(port=port, args=CLUSTER_ARGS)
-        except RuntimeError:  # taken meanwhile
-            if attempt == 4:
-                raise
-    raise RuntimeError("no free pair of ports for a cluster node")
-
-
 class Cluster:
     """A private Redis Cluster: ``primaries`` primaries with the slots split evenly, and one
     replica for each primary listed in ``replicated`` (by index)."""
@@ -153,7 +127,7 @@ class Cluster:
     ) -> None:
         self.nodes: list[Node] = []
         for _ in range(primaries + len(replicated)):
-            server = start_cluster_node(start)
+            server = start_cluster_node(start, CLUSTER_ARGS)
             client = redis.Redis(host=server.host, port=server.port, single_connection_client=True)
             self.nodes.append(Node(server, client, client.execute_command("CLUSTER", "MYID")))
             self.nodes[-1].id = self.nodes[-1].id.decode()

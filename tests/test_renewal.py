@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
 
@@ -151,3 +153,31 @@ def test_an_unexpected_error_is_a_failed_renewal_not_a_spinning_thread(
     assert losses == [("unexpected-error", losses[0][1])]
     assert "not a RedisError" in losses[0][1]
     assert len(calls) < 100  # retried, not spun on (a spinning thread makes thousands)
+
+
+def test_a_stalled_server_holds_up_only_its_own_renewals(
+    settings, redis_url, redis_server_factory, losses
+):
+    """Each Redis client's renewals run apart: while one server does not answer (each try
+    waits out its 2 s socket timeout), a lock on another server, with a 0.3 s lease, is
+    renewed on time."""
+    stalled = redis_server_factory()
+    caches = django_redis_caches(redis_url)
+    caches["stalled"] = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": stalled.url,
+        "OPTIONS": {"SOCKET_TIMEOUT": 2},
+    }
+    settings.CACHES = caches
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    on_stalled = Lock("on-the-stalled-server", using="stalled")
+    on_stalled.acquire()
+    os.kill(stalled.pid, signal.SIGSTOP)
+    try:
+        with Lock("elsewhere") as elsewhere:
+            assert not losses.event.wait(1.2)  # four leases: renewed all along
+            assert elsewhere.owned()
+    finally:
+        os.kill(stalled.pid, signal.SIGCONT)
+    assert losses.event.wait(5)  # the stalled one could not be renewed in time
+    assert [name for name, _ in losses] == ["on-the-stalled-server"]
