@@ -513,7 +513,7 @@ _MIGRATING_SCRIPTS = (
     "the slot is MIGRATING, the source runs the script because the lease is there, but a "
     "sibling that is not there would need an ASK redirect, which cannot happen inside a "
     "script: the script stops with 'Script attempted to access a non local key in a cluster "
-    "node script', keeping the writes it already made (no rollback)."
+    "node script' (the scripts read before they write, so it stops before changing anything)."
 )
 
 
