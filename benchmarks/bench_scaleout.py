@@ -105,34 +105,15 @@ class Servers:
 
 
 def _start_cluster(started: list[Any]) -> list[Any]:
-    """Three primaries in cluster mode, slots split evenly (as tests/conftest.py does)."""
-    from django_redis_lock.embedded import EmbeddedRedis
+    """Three primaries in cluster mode, slots split evenly (as the tests' cluster)."""
+    from django_redis_lock.embedded import EmbeddedRedis, start_cluster
 
-    args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-    nodes = []
-    for _ in range(3):
-        node = EmbeddedRedis(args=[*args, "--cluster-node-timeout", "2000"]).start()
-        started.append(node)
-        nodes.append(node)
-    clients = [redis.Redis.from_url(node.url) for node in nodes]
-    total = 16384
-    for index, client in enumerate(clients):
-        first, last = index * total // 3, (index + 1) * total // 3
-        client.execute_command("CLUSTER", "ADDSLOTS", *range(first, last))
-    for client in clients[1:]:
-        client.execute_command("CLUSTER", "MEET", nodes[0].host, nodes[0].port)
-    deadline = time.monotonic() + 30
-    while any(
-        "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO").decode()
-        or len(client.execute_command("CLUSTER", "NODES").decode().strip().splitlines()) < 3
-        for client in clients
-    ):
-        if time.monotonic() > deadline:
-            raise RuntimeError("the benchmark cluster did not settle")
-        time.sleep(0.05)  # gossip has no event to wait on: a bounded readiness probe
-    for client in clients:
-        client.close()
-    return nodes
+    def start(**kwargs: Any) -> EmbeddedRedis:
+        server = EmbeddedRedis(**kwargs).start()
+        started.append(server)
+        return server
+
+    return start_cluster(3, start=start)
 
 
 @contextlib.contextmanager

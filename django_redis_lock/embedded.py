@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import importlib.util
 import os
+import random
 import shutil
 import signal
 import socket
@@ -23,15 +24,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-__all__ = ["EmbeddedRedis", "RedisServerNotFound", "find_redis_server"]
+__all__ = [
+    "EmbeddedRedis",
+    "RedisServerNotFound",
+    "find_redis_server",
+    "start_cluster",
+    "start_cluster_node",
+]
 
 _START_TIMEOUT = 15.0
 _STOP_TIMEOUT = 10.0
@@ -291,3 +299,76 @@ class EmbeddedRedis:
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.running else "stopped"
         return f"<EmbeddedRedis {self.host}:{self.port} {state}>"
+
+
+# A cluster node's bus listens on its port + 10000: the port must leave room for it (a free
+# port the kernel picks often does not).
+_MAX_CLUSTER_PORT = 65535 - 10000
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _start(**kwargs: object) -> EmbeddedRedis:
+    return EmbeddedRedis(**kwargs).start()  # type: ignore[arg-type]
+
+
+def start_cluster_node(
+    start: Callable[..., EmbeddedRedis] = _start, args: Sequence[str] = ()
+) -> EmbeddedRedis:
+    """A cluster-mode server (``args``: its cluster options) on a port whose bus port is free
+    too. ``start(port=..., args=...)`` starts it (default: a new :class:`EmbeddedRedis`)."""
+    for attempt in range(5):
+        port = random.randint(20000, _MAX_CLUSTER_PORT)
+        if not (_bindable("127.0.0.1", port) and _bindable("127.0.0.1", port + 10000)):
+            continue
+        try:
+            return start(port=port, args=list(args))
+        except RuntimeError:  # taken meanwhile
+            if attempt == 4:
+                raise
+    raise RuntimeError("no free pair of ports for a cluster node")
+
+
+def _cluster(client: redis.Redis, *args: object) -> Any:
+    return client.execute_command("CLUSTER", *args)  # type: ignore[no-untyped-call]
+
+
+def start_cluster(
+    primaries: int = 3,
+    *,
+    node_timeout_ms: int = 2000,
+    start: Callable[..., EmbeddedRedis] = _start,
+    settle_timeout: float = 30.0,
+) -> list[EmbeddedRedis]:
+    """A Redis Cluster of ``primaries`` private servers, the slots split evenly, gossip
+    settled. The caller stops the servers (``start`` may record them for that)."""
+    args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", str(node_timeout_ms)]  # fmt: skip
+    servers = [start_cluster_node(start, args) for _ in range(primaries)]
+    clients = [redis.Redis.from_url(server.url) for server in servers]
+    try:
+        for index, client in enumerate(clients):
+            first, last = index * 16384 // primaries, (index + 1) * 16384 // primaries
+            _cluster(client, "ADDSLOTS", *range(first, last))
+        for client in clients[1:]:
+            _cluster(client, "MEET", servers[0].host, servers[0].port)
+        deadline = time.monotonic() + settle_timeout
+        while any(
+            "cluster_state:ok" not in _cluster(client, "INFO").decode()
+            or len(_cluster(client, "NODES").decode().splitlines()) < primaries
+            for client in clients
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster did not settle")
+            time.sleep(0.05)  # gossip has no event to wait on: a bounded readiness probe
+    finally:
+        for client in clients:
+            client.close()
+    return servers

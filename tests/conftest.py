@@ -11,8 +11,6 @@
 from __future__ import annotations
 
 import os
-import random
-import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,7 +18,7 @@ import pytest
 import redis
 from django.test import override_settings
 
-from django_redis_lock.embedded import EmbeddedRedis
+from django_redis_lock.embedded import EmbeddedRedis, start_cluster
 
 ServerFactory = Callable[..., EmbeddedRedis]
 
@@ -98,31 +96,6 @@ def redis_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         servers.stop_all()
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def start_cluster_node(start: Callable[..., EmbeddedRedis], args: list[str]) -> EmbeddedRedis:
-    """A cluster-mode server on a port of our choosing: its cluster bus listens on the port
-    + 10000, so the port must be at most 55535 (a free port picked by the kernel often is not)
-    and the bus port free too."""
-    for attempt in range(5):
-        port = random.randint(20000, 55535)
-        if not (_bindable(port) and _bindable(port + 10000)):
-            continue
-        try:
-            return start(port=port, args=args)
-        except RuntimeError:  # taken meanwhile
-            if attempt == 4:
-                raise
-    raise RuntimeError("no free pair of ports for a cluster node")
-
-
 class _Cluster:
     """A Redis Cluster of private servers on loopback, slots split evenly between them."""
 
@@ -142,30 +115,8 @@ class _Cluster:
 @pytest.fixture(scope="session")
 def _session_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Cluster]:
     """Three primaries in cluster mode, slots assigned, gossip settled (once per session)."""
-    import time
-
     pool = _Servers(lambda: tmp_path_factory.mktemp("cluster"))
-    args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", "2000"]  # fmt: skip
-    servers = [start_cluster_node(pool.start, args) for _ in range(3)]
-    clients = [redis.Redis.from_url(server.url) for server in servers]
-    total = 16384
-    for index, client in enumerate(clients):
-        first, last = index * total // 3, (index + 1) * total // 3
-        client.execute_command("CLUSTER", "ADDSLOTS", *range(first, last))
-    for client in clients[1:]:
-        client.execute_command("CLUSTER", "MEET", servers[0].host, servers[0].port)
-    deadline = time.monotonic() + 30
-    while any(
-        client.execute_command("CLUSTER", "INFO").decode().find("cluster_state:ok") < 0
-        or len(client.execute_command("CLUSTER", "NODES").decode().strip().splitlines()) < 3
-        for client in clients
-    ):
-        if time.monotonic() > deadline:
-            raise RuntimeError("the test cluster did not settle")
-        time.sleep(0.05)  # gossip has no event to wait on: a bounded readiness probe
-    for client in clients:
-        client.close()
+    servers = start_cluster(3, start=pool.start)
     try:
         yield _Cluster(servers)
     finally:

@@ -32,9 +32,8 @@ from redis.exceptions import AskError, MovedError
 from redis.retry import Retry
 
 from django_redis_lock import Lock, LockBackendError, LockError, LockNotOwned, get_redis_client
-from django_redis_lock.embedded import EmbeddedRedis
+from django_redis_lock.embedded import EmbeddedRedis, start_cluster_node
 from django_redis_lock.keys import lock_keys
-from tests.conftest import start_cluster_node
 
 T = TypeVar("T")
 
