@@ -286,7 +286,12 @@ def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) 
 async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> bool:
     """:func:`wait_for_wake` for a ``redis.asyncio`` client."""
     if not hasattr(client, "connection_pool"):  # Redis Cluster, or quorum mode (quorum.py)
-        return await client.execute_command("BLPOP", key, seconds) is not None
+        try:
+            return await aexecute(client, "BLPOP", key, seconds) is not None
+        except RedisError as error:
+            if not _interrupted(error):
+                raise
+            return False
     server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
     try:
         async with _aborrowed(client) as connection:
@@ -306,7 +311,13 @@ async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = Tru
 async def aexecute(client: Any, *args: Any) -> Any:
     """:func:`execute` for a ``redis.asyncio`` client."""
     if not hasattr(client, "connection_pool"):  # Redis Cluster, or quorum mode (quorum.py)
-        return await client.execute_command(*args)
+        key = _routing_key(args) if hasattr(client, "get_node_from_key") else None
+        if key is None:
+            return await client.execute_command(*args)
+        # Named node: sent once, MOVED and ASK still followed (see execute()). The asyncio
+        # client reads the slot map on first use, not when built.
+        await client.initialize()
+        return await client.execute_command(*args, target_nodes=client.get_node_from_key(key))
     async with _aborrowed(client) as connection:
         await connection.send_packed_command([_pack(args)])
         return await connection.read_response()
