@@ -114,11 +114,22 @@ def check_cache(
         )
     if factory is not None:
         return messages
-    aliases = [alias] if alias not in quorums else []
-    aliases += [member for members in quorums.values() for member in members]
-    for checked in dict.fromkeys(aliases):
+    if alias not in quorums:
         try:
-            cache_backend(checked)
+            cache_backend(alias)
         except UnsupportedCache as exc:
             messages.append(Error(exc.message, hint=exc.hint, id=exc.check_id))
+    for name, members in quorums.items():
+        for member in members:
+            try:
+                cache_backend(member)
+            except UnsupportedCache as exc:
+                messages.append(
+                    Error(
+                        f"{PREFIX}QUORUMS[{name!r}]: {exc.message}",
+                        hint="Each member of a quorum must be a Redis cache alias in "
+                        "settings.CACHES, on a server of its own.",
+                        id=exc.check_id,
+                    )
+                )
     return messages

@@ -370,11 +370,22 @@ class QuorumClient:
         return replies
 
     def _decided_by(self, agrees: Callable[[Any], bool]) -> Callable[[Replies], bool]:
-        """A ``settled`` test: a majority agrees, or too many disagree (or failed) for one."""
+        """A ``settled`` test: a majority agrees, or too many servers answered no for one, or
+        too many failed for a majority to answer at all. A mix of no's and failures is not
+        settled: which outcome it is (taken by someone else, or too few servers) depends on
+        the servers still to answer, so they are waited for."""
+        spare = len(self.clients) - self.majority
 
         def settled(replies: Replies) -> bool:
-            yes = sum(1 for reply in replies.values() if agrees(reply))
-            return yes >= self.majority or len(replies) - yes > len(self.clients) - self.majority
+            yes = no = failed = 0
+            for reply in replies.values():
+                if not _answered(reply):
+                    failed += 1
+                elif agrees(reply):
+                    yes += 1
+                else:
+                    no += 1
+            return yes >= self.majority or no > spare or failed > spare
 
         return settled
 

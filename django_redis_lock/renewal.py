@@ -13,6 +13,7 @@ would have ended. The lock turns that into ``lock.lost``, ``LockLost``, an ERROR
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -129,6 +130,16 @@ class _Renewer:
     def _renew(self, leases: list[RenewedLease]) -> None:
         client = leases[0].client
         started = time.monotonic()
+        ask_sentinel = getattr(
+            getattr(client, "connection_pool", None), "get_master_address", None
+        )
+        if ask_sentinel is not None:
+            # Sentinel: renew where the primary is now. After a failover the old primary is
+            # demoted only at Sentinel's next check (about 10 s); until then pooled connections
+            # would renew the lease there while it runs out on the new one. Asking drops them
+            # if the primary moved (one query to a Sentinel per renewal round).
+            with contextlib.suppress(RedisError):
+                ask_sentinel()
         try:
             results = self._extend_all(client, leases)
         except Exception as exc:

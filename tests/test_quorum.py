@@ -125,6 +125,27 @@ def test_one_server_stopped_locking_goes_on(quorum):
     assert not quorum.clients[1].exists(key)
 
 
+def test_a_refusal_and_a_stopped_server_wait_for_the_third_answer(quorum):
+    """One server stopped, the lock held by someone else. The first refusal and the stopped
+    server do not decide yet between "taken" and "too few servers": the third server's answer
+    does, even when it comes late, so a waiter is told the lock is taken, not that the quorum
+    is unavailable."""
+    holder = Lock("q:held-one-down", using="redlock")
+    holder.acquire()
+    quorum.servers[2].stop()
+    slow = quorum.servers[1]
+    for _ in range(3):
+        os.kill(slow.pid, signal.SIGSTOP)
+        resume = threading.Timer(0.05, os.kill, (slow.pid, signal.SIGCONT))
+        resume.start()
+        try:
+            assert Lock("q:held-one-down", using="redlock").acquire(wait=0) is False
+        finally:
+            resume.join()
+            os.kill(slow.pid, signal.SIGCONT)
+    holder.release()
+
+
 def test_two_servers_stopped_fail_clearly_and_at_once(quorum):
     quorum.servers[1].stop()
     quorum.servers[2].stop()
@@ -348,8 +369,11 @@ def test_bad_quorum_settings(quorum, settings):
     with pytest.raises(ImproperlyConfigured, match=r"QUORUMS \['redlock'\]: A quorum needs"):
         Lock("q:bad", using="redlock").acquire()
     settings.DJANGO_REDIS_LOCK_QUORUMS = {"redlock": ["q0", "q1", "nowhere"], "q0": MEMBERS}
-    ids = {message.id for message in run_checks()}
-    assert {"django_redis_lock.E001", "django_redis_lock.E007"} <= ids
+    messages = {message.id: message for message in run_checks()}
+    assert {"django_redis_lock.E001", "django_redis_lock.E007"} <= set(messages)
+    assert messages["django_redis_lock.E001"].msg.startswith(
+        "DJANGO_REDIS_LOCK_QUORUMS['redlock']: The cache alias 'nowhere' is not in"
+    )
     with pytest.raises(ImproperlyConfigured, match="names a quorum"):
         get_redis_client("redlock")
 

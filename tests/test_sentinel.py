@@ -391,3 +391,24 @@ def test_an_unconfirmed_acquisition_leaves_other_waiters_waiting(settings, senti
     finally:
         holder.release()
         waiter.stop()
+
+
+def test_renewals_follow_the_new_primary_before_the_old_one_is_demoted(settings, sentinel_setup):
+    """No MIN_REPLICAS. A renewal first asks Sentinel where the primary is, so a holder whose
+    lease is shorter than the ~10 s until the old primary is demoted renews it on the new
+    primary, not on the old one (where it would run out on the new one: a second holder)."""
+    primary, replica, sentinel_client, master = sentinel_setup
+    held = Lock("short-lease", timeout=4, auto_renew=True)
+    assert held.acquire()
+    token = held.token
+    try:
+        _replicated(primary, replica, {"short-lease": token})
+        _fail_over(settings, sentinel_client, master, replica)
+        threading.Event().wait(5)  # more than a lease, and still before the demotion
+        assert _role(primary) == "master"  # still in the window
+        assert _token(replica, "short-lease") == token  # renewed on the new primary
+        assert not held.lost
+        assert Lock("short-lease", timeout=5).acquire(wait=0) is False
+    finally:
+        held.release()
+    assert _token(replica, "short-lease") is None
