@@ -247,9 +247,17 @@ def _interrupted(error: RedisError) -> bool:
     """A blocked wait that ended because the server went away or changed role: a failover
     (Redis Cluster answers ``-UNBLOCKED`` to clients blocked on a primary that became a
     replica, or ``MOVED``; Sentinel's demotion closes the connection), not a bad request."""
-    if isinstance(error, MovedError | AskError | RedisConnectionError | RedisTimeoutError):
+    if isinstance(error, RedisConnectionError | RedisTimeoutError) or _redirected(error):
         return True
     return isinstance(error, ResponseError) and str(error).startswith("UNBLOCKED")
+
+
+def _redirected(error: RedisError) -> bool:
+    """``MOVED`` or ``ASK``: redis-py before 6 raises them as plain ``ResponseError`` outside
+    its Cluster client."""
+    return isinstance(error, MovedError | AskError) or (
+        isinstance(error, ResponseError) and str(error).startswith(("MOVED ", "ASK "))
+    )
 
 
 def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> bool:
@@ -348,8 +356,8 @@ class Script:
         server = _server_of(client, keys[0])
         try:
             return self._acknowledged(server, command, replicas, timeout_ms, wanted)
-        except (MovedError, AskError, RedisConnectionError) as exc:
-            if server is client:
+        except (ResponseError, RedisConnectionError) as exc:
+            if server is client or not (isinstance(exc, RedisConnectionError) or _redirected(exc)):
                 raise
             # A Redis Cluster whose slot moved or whose primary failed: read the slot map
             # again, so that this call (MOVED: the script did not run) or the next one goes to

@@ -28,7 +28,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import AskError, MovedError
+from redis.exceptions import ResponseError
 from redis.retry import Retry
 
 from django_redis_lock import Lock, LockBackendError, LockError, LockNotOwned, get_redis_client
@@ -372,7 +372,7 @@ def test_held_lock_follows_its_slot_to_another_primary(moving, new_lock):
     assert moved == 2  # the lease hash and the fence counter
     assert moving.primary_of(slot_of(name)) is target
     assert target.client.hget(keys.lease, "token").decode() == lock.token
-    with pytest.raises(MovedError):
+    with pytest.raises(ResponseError, match=r"^(MOVED )?\d+ "):  # MovedError from redis-py 6
         source.client.exists(keys.lease)
     # More than one lease later: still ours, renewed on the new primary.
     watched_until = time.monotonic() + 1.5
@@ -476,7 +476,8 @@ def test_lock_taken_and_used_while_its_slot_migrates(moving, new_lock):
     assert lock.acquire(wait=0)  # no key on the source: ASK, taken on the target
     assert lock.fencing_token > early.fencing_token
     asked_keys = lock_keys(asked, "default")
-    with pytest.raises(AskError):  # not on the source, which sends us to the target
+    # Not on the source, which sends us to the target (AskError from redis-py 6).
+    with pytest.raises(ResponseError, match=r"^(ASK )?\d+ "):
         source.client.exists(asked_keys.lease)
     assert asking(target, "HGET", asked_keys.lease, "token").decode() == lock.token
     assert lock.locked()
@@ -561,7 +562,7 @@ def test_waiter_queueing_while_the_lease_is_still_on_the_migrating_source(moving
     try:
         acquired = waiter.acquire(wait=0.2)
     except LockBackendError as error:
-        raise known_bug(error, "Script attempted to access a non local key") from error
+        raise known_bug(error, "cript attempted to access a non local key") from error
     assert acquired is False  # waited, the lock being held: not an error
 
 
@@ -617,7 +618,9 @@ def test_release_is_not_repeated_by_the_cluster_clients_retries(moving, new_lock
     finally:
         stall.join(5)
     count = node.client.hget(keys.lease, "count")
-    if count != b"1":
+    # Applied once (b"1"), or never sent (b"2": redis-py 5 checks a pooled connection before
+    # it sends, and that check timed out): either way, not twice.
+    if count not in (b"1", b"2"):
         intruder = Lock(name, timeout=5)
         taken = intruder.acquire(wait=0)
         if taken:

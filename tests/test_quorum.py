@@ -29,6 +29,7 @@ from django_redis_lock import (
 from django_redis_lock.keys import lock_keys
 from tests import workers
 from tests.conftest import django_redis_caches
+from tests.test_async_scaleout import take_and_release
 from tests.test_lock_concurrency import PROCESSES, run_workers
 
 MEMBERS = ["q0", "q1", "q2"]
@@ -230,9 +231,11 @@ def test_late_answers_arriving_with_the_current_one_are_sorted_out(quorum):
         resume.start()
         started = time.monotonic()
         # Server 0 grants, server 1 refuses: server 2 decides, once it resumes.
-        assert Lock(name, using="redlock").acquire(wait=0)
+        late = Lock(name, using="redlock")
+        assert late.acquire(wait=0)
         assert time.monotonic() - started < 1  # not the 2 s socket timeout
         resume.join()
+        late.release()
     finally:
         os.kill(paused.pid, signal.SIGCONT)
 
@@ -282,9 +285,14 @@ def test_a_waiter_gets_the_lock_after_the_release(quorum):
 
     signals.lock_contended.connect(on_contended)
     try:
-        waiter = threading.Thread(
-            target=lambda: Lock("q:wait", using="redlock", wait=10).acquire() and got_it.set()
-        )
+
+        def wait_for_it():
+            waiting = Lock("q:wait", using="redlock", wait=10)
+            if waiting.acquire():
+                got_it.set()
+                waiting.release()
+
+        waiter = threading.Thread(target=wait_for_it)
         waiter.start()
         assert contended.wait(5)
         assert not got_it.is_set()
@@ -308,7 +316,9 @@ def test_async_api(quorum):
         lock = Lock("q:async", using="redlock", wait=10)
         async with lock:
             assert lock.owned()
-            waiter = asyncio.create_task(Lock("q:async", using="redlock", wait=10).aacquire())
+            waiter = asyncio.create_task(
+                take_and_release(Lock("q:async", using="redlock", wait=10))
+            )
             await asyncio.sleep(0.05)  # the waiter is retrying; the loop is not blocked
             assert not waiter.done()
         assert await waiter
