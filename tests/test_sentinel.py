@@ -31,6 +31,21 @@ from django_redis_lock.keys import lock_keys
 _setups = iter(range(1_000_000))
 
 
+def _start_failover(sentinel_client, master):
+    """``SENTINEL FAILOVER``, retried while Sentinel answers NOGOODSLAVE: it judges a replica
+    fit only after it has heard from it for a while, which a test that has just set the
+    replica up may not have given it."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            sentinel_client.execute_command("SENTINEL", "FAILOVER", master)
+            return
+        except redis.ResponseError as error:
+            if "NOGOODSLAVE" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)  # no event to wait on: a bounded probe
+
+
 def wait_until(predicate, timeout=30, what="condition"):
     deadline = time.monotonic() + timeout
     while not predicate():  # Sentinel's gossip has no event to wait on: a bounded probe
@@ -105,7 +120,7 @@ def test_with_replica_confirmation_a_failover_is_never_silent(settings, sentinel
     try:
         holder = Lock("across-failover")
         holder.acquire()
-        sentinel_client.execute_command("SENTINEL", "FAILOVER", master)
+        _start_failover(sentinel_client, master)
         wait_until(
             lambda: int(sentinel_client.execute_command(
                 "SENTINEL", "GET-MASTER-ADDR-BY-NAME", master)[1]) == replica.port,
@@ -166,16 +181,7 @@ def _fail_over(settings, sentinel_client, master, replica):
     redis-py asks ``SENTINEL MASTERS`` (which names the new primary a little after
     ``GET-MASTER-ADDR-BY-NAME`` does) of the Sentinels in order."""
     sentinels = Sentinel(settings.CACHES["default"]["OPTIONS"]["SENTINELS"])
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            sentinel_client.execute_command("SENTINEL", "FAILOVER", master)
-            break
-        except redis.ResponseError as error:
-            # On a busy machine Sentinel may not have judged the replica fit yet.
-            if "NOGOODSLAVE" not in str(error) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)  # no event to wait on: a bounded probe
+    _start_failover(sentinel_client, master)
     wait_until(
         lambda: sentinels.discover_master(master) == (replica.host, replica.port),
         timeout=15,
