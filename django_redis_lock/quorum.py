@@ -412,9 +412,11 @@ class QuorumClient:
         valid_for = lease - _drift(lease)  # a majority granted later than this is worthless
         started = time.monotonic()
 
+        majority_granted = self._decided_by(lambda reply: _is_list(reply) and reply[0] == 1)
+
         def settled(replies: Replies) -> bool:
             done = any(_is_list(reply) and reply[0] == 2 for reply in replies.values())
-            return done or self._decided_by(lambda r: _is_list(r) and r[0] == 1)(replies)
+            return done or majority_granted(replies)
 
         replies = self._run(
             ACQUIRE, key, argv, timeout=max(0.0, min(self.reply_timeout, valid_for)),
@@ -422,6 +424,7 @@ class QuorumClient:
         )  # fmt: skip
         granted = [index for index, reply in replies.items() if _is_list(reply) and reply[0] == 1]
         done = next((r for r in replies.values() if _is_list(r) and r[0] == 2), None)
+        too_late = False
         if done is None and len(granted) >= self.majority:
             fence = max(int(replies[index][1]) for index in granted)
             if "f" in flags and any(int(replies[index][1]) != fence for index in granted):
@@ -434,17 +437,21 @@ class QuorumClient:
                 enough = True
             if enough and time.monotonic() - started < valid_for:
                 return [1, fence]
+            too_late = enough
         self._undo(key, token, flags, replies, granted)
         if done is not None:
             return done
         refused = [reply for reply in replies.values() if _is_list(reply) and reply[0] == 0]
         if len(refused) + len(granted) < self.majority:
             unreachable = [r for r in replies.values() if isinstance(r, RedisError)]
-            if valid_for >= self.reply_timeout or not all(
+            # Silent only because our own time (the lease's validity) ran out: too late, not
+            # too few servers.
+            too_late = valid_for < self.reply_timeout and all(
                 isinstance(reply, _Silent) for reply in unreachable
-            ):
+            )
+            if not too_late:
                 raise self._unavailable("take", replies)
-        if len(refused) < self.majority:  # granted by enough servers, but not in time
+        if too_late:
             logger.warning(
                 "Quorum %s: no majority granted %s within its lease of %ss, less %.3fs for "
                 "clock drift: given back. Quorum leases must be far longer than a round trip.",
