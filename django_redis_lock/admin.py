@@ -86,9 +86,10 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         page_number = int(page_text) if page_text.isdigit() and int(page_text) > 0 else 1
         error = None
         scanned = 0
+        unreachable: list[str] = []
         try:
             items, next_cursor, scanned = registry.scan_page(
-                cursor, lock_settings.ADMIN_PAGE_SIZE, match=query or None
+                cursor, lock_settings.ADMIN_PAGE_SIZE, match=query or None, unreachable=unreachable
             )
         except ValueError:  # a cursor from another list: start over
             items, next_cursor, page_number = [], "0", 1
@@ -96,6 +97,13 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         except (RedisError, LockBackendError) as exc:
             items, next_cursor = [], None
             error = f"Redis could not be reached: {exc}"
+        if unreachable:
+            self.message_user(
+                request,
+                "Not all servers of the quorum could be read; the list shows what the others "
+                f"hold. Unreachable: {'; '.join(unreachable)}",
+                messages.WARNING,
+            )
         rows = [(info, _age(info)) for info in items]
         context = self._context(
             request,

@@ -221,9 +221,16 @@ def page(
 
 
 def scan_page(
-    cursor: str = "0", page_size: int = 100, *, match: str | None = None, using: str | None = None
+    cursor: str = "0",
+    page_size: int = 100,
+    *,
+    match: str | None = None,
+    using: str | None = None,
+    unreachable: list[str] | None = None,
 ) -> tuple[list[LockInfo], str | None, int]:
-    """:func:`page`, plus how many keys of our namespace ``SCAN`` returned for it."""
+    """:func:`page`, plus how many keys of our namespace ``SCAN`` returned for it. For a
+    quorum, the servers that could not be listed are added to ``unreachable`` (as
+    ``"alias: error"``), if given."""
     if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
         raise ValueError(f"page_size must be a positive int, not {page_size!r}.")
     alias = using or lock_settings.CACHE_ALIAS
@@ -256,6 +263,8 @@ def scan_page(
                 raise
             # One server of a quorum down: list what the others hold.
             logger.warning("Cannot list the locks on %r: %s", client.aliases[target_index], exc)
+            if unreachable is not None:
+                unreachable.append(f"{client.aliases[target_index]}: {exc}")
             target_index, phase_index, position = target_index + 1, 0, 0
             continue
         if len(keys) < count // 4:
