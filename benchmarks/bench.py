@@ -438,50 +438,69 @@ def contended_worker(
     """One of the contending processes. Sends back (worker, report dict) on ``out``."""
     try:
         configure_django(url)
-        counter_key, inside_key = _cs_keys(variant_key)
         variant = VARIANT_BY_KEY[variant_key]
         handle = variant.factory(url, f"bench:contended:{variant_key}", params.lease, params.wait)
         work = redis.Redis.from_url(url, connection_class=WorkConnection)
-        work.ping()
-        # Warm-up (connections, script loading), then count from zero.
-        if not handle.acquire():
-            raise RuntimeError("warm-up acquisition failed")
-        handle.release()
-        counter = RequestCounter().install()
-        ready.wait(timeout=120)
-        go.wait(timeout=120)
-        counter.reset()
-        started = time.monotonic()
-        deadline = started + params.seconds
-        cycles: list[tuple[float, float, float, float]] = []
-        overlaps = timeouts = 0
-        while time.monotonic() < deadline:
-            asked = time.monotonic()
-            if not handle.acquire():
-                timeouts += 1
-                continue
-            got = time.monotonic()
-            # The critical section: a lost-update-prone read-modify-write plus an overlap check.
-            if work.incr(inside_key) != 1:
-                overlaps += 1
-            value = int(work.get(counter_key) or 0)
-            time.sleep(params.critical_section)
-            work.set(counter_key, value + 1)
-            work.decr(inside_key)
-            releasing = time.monotonic()
-            handle.release()
-            cycles.append((asked, got, releasing, time.monotonic()))
-        counter.uninstall()
-        report = {
-            "started": started,
-            "cycles": cycles,
-            "overlaps": overlaps,
-            "timeouts": timeouts,
-            "requests": dict(counter.counts),
-        }
+        report = contend(
+            handle, work, _cs_keys(variant_key), params.seconds, params.critical_section,
+            ready, go,
+        )  # fmt: skip
         out.put((worker, report))
     except BaseException as exc:
         out.put((worker, {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}))
+
+
+def contend(
+    handle: Any,
+    work: redis.Redis,
+    keys: tuple[str, str],
+    seconds: float,
+    critical_section: float,
+    ready: Any,
+    go: Any,
+) -> dict[str, Any]:
+    """Take and release ``handle`` for ``seconds`` once ``go`` is set, with a critical section
+    of four round trips on ``work`` (plus ``critical_section`` seconds of sleep, if any); the
+    report dict that ``summarize_contended`` reads."""
+    counter_key, inside_key = keys
+    work.ping()
+    # Warm-up (connections, script loading), then count from zero.
+    if not handle.acquire():
+        raise RuntimeError("warm-up acquisition failed")
+    handle.release()
+    counter = RequestCounter().install()
+    ready.wait(timeout=120)
+    go.wait(timeout=120)
+    counter.reset()
+    started = time.monotonic()
+    deadline = started + seconds
+    cycles: list[tuple[float, float, float, float]] = []
+    overlaps = timeouts = 0
+    while time.monotonic() < deadline:
+        asked = time.monotonic()
+        if not handle.acquire():
+            timeouts += 1
+            continue
+        got = time.monotonic()
+        # The critical section: a lost-update-prone read-modify-write plus an overlap check.
+        if work.incr(inside_key) != 1:
+            overlaps += 1
+        value = int(work.get(counter_key) or 0)
+        if critical_section:
+            time.sleep(critical_section)
+        work.set(counter_key, value + 1)
+        work.decr(inside_key)
+        releasing = time.monotonic()
+        handle.release()
+        cycles.append((asked, got, releasing, time.monotonic()))
+    counter.uninstall()
+    return {
+        "started": started,
+        "cycles": cycles,
+        "overlaps": overlaps,
+        "timeouts": timeouts,
+        "requests": dict(counter.counts),
+    }
 
 
 @dataclass

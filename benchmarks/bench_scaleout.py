@@ -423,54 +423,16 @@ def _cs_keys(mode: str) -> tuple[str, str]:
 def contended_worker(
     urls: dict[str, Any], mode: str, worker: int, params: Params, ready: Any, go: Any, out: Any
 ) -> None:
-    """One contending process (as ``bench.contended_worker``, critical section without sleep).
-    Sends back (worker, report) on ``out``."""
+    """One contending process (``bench.contend``, critical section without sleep). Sends back
+    (worker, report) on ``out``."""
     try:
         configure_django(urls)
         from django_redis_lock import Lock
 
-        counter_key, inside_key = _cs_keys(mode)
         lock = Lock(f"bench:scaleout:contended:{mode}", wait=params.wait, using=ALIAS[mode])
         work = redis.Redis.from_url(urls["single"], connection_class=WorkConnection)
-        work.ping()
-        if not lock.acquire():  # warm-up: connections, scripts
-            raise RuntimeError("warm-up acquisition failed")
-        lock.release()
-        counter = RequestCounter().install()
-        ready.wait(timeout=120)
-        go.wait(timeout=120)
-        counter.reset()
-        started = time.monotonic()
-        deadline = started + params.seconds
-        cycles: list[tuple[float, float, float, float]] = []
-        overlaps = timeouts = 0
-        while time.monotonic() < deadline:
-            asked = time.monotonic()
-            if not lock.acquire():
-                timeouts += 1
-                continue
-            got = time.monotonic()
-            if work.incr(inside_key) != 1:
-                overlaps += 1
-            value = int(work.get(counter_key) or 0)
-            work.set(counter_key, value + 1)
-            work.decr(inside_key)
-            releasing = time.monotonic()
-            lock.release()
-            cycles.append((asked, got, releasing, time.monotonic()))
-        counter.uninstall()
-        out.put(
-            (
-                worker,
-                {
-                    "started": started,
-                    "cycles": cycles,
-                    "overlaps": overlaps,
-                    "timeouts": timeouts,
-                    "requests": dict(counter.counts),
-                },
-            )
-        )
+        report = bench.contend(lock, work, _cs_keys(mode), params.seconds, 0, ready, go)
+        out.put((worker, report))
     except BaseException as exc:
         out.put((worker, {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}))
 
