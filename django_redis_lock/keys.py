@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from .conf import lock_settings
+from .connection import quorum_members
 
 __all__ = ["LockKeys", "lock_keys", "namespace", "readable_tag"]
 
@@ -53,7 +54,7 @@ def namespace(alias: str | tuple[str, ...]) -> str:
     A quorum's servers may belong to caches with different prefixes: its keys use none, so
     that every server holds the same keys.
     """
-    if isinstance(alias, tuple) or alias in lock_settings.QUORUMS:
+    if quorum_members(alias) is not None:
         cache_prefix = ""
     else:
         cache_prefix = getattr(settings, "CACHES", {}).get(alias, {}).get("KEY_PREFIX", "")

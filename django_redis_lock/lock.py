@@ -44,7 +44,7 @@ from .connection import LockAlias, async_lock_client, lock_client
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .keys import LockKeys, lock_keys
 from .quorum import AsyncQuorumClient, QuorumClient
-from .quorum import members as quorum_members
+from .quorum import members as checked_quorum
 from .renewal import RenewedLease, renewer
 from .scripts import (
     ACQUIRE,
@@ -262,7 +262,7 @@ class Lock:
         if label is not None and not isinstance(label, str):
             raise TypeError(f"label must be a str, not {type(label).__name__}.")
         if isinstance(using, list | tuple):
-            using = quorum_members(using)
+            using = checked_quorum(using)
         elif using is not None and (not isinstance(using, str) or not using):
             raise TypeError(
                 "using must be a cache alias or quorum name (a non-empty str), or a list of "

@@ -142,7 +142,7 @@ def _readable(sockets: list[Any], timeout: float) -> list[Any]:
 _NOTHING = object()  # no answer (yet): None is an answer (a nil reply)
 
 
-def _read(link: _Link) -> Any:
+def _read_reply(link: _Link) -> Any:
     try:
         return link.connection.read_response()
     except RedisError as exc:  # ResponseError: a complete error reply
@@ -317,12 +317,12 @@ class QuorumClient:
                     index = waiting[sock]
                     link = links[index]
                     assert link is not None
-                    reply = _read(link)
+                    reply = _read_reply(link)
                     # Late answers to earlier calls come first. The answer to this call may
                     # have come with them, into the parser's buffer, where poll() cannot see it.
                     while link.owed and not _broken(reply):
                         link.owed -= 1
-                        reply = _read(link) if _buffered(link) else _NOTHING
+                        reply = _read_reply(link) if _buffered(link) else _NOTHING
                     if reply is not _NOTHING:
                         del waiting[sock]
                         replies[index] = reply

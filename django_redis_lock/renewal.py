@@ -13,7 +13,6 @@ would have ended. The lock turns that into ``lock.lost``, ``LockLost``, an ERROR
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -26,7 +25,7 @@ from redis.exceptions import NoScriptError, RedisError
 
 from .conf import lock_settings
 from .quorum import QuorumClient
-from .scripts import EXTEND, drop_stale_connections, execute, execute_many
+from .scripts import EXTEND, drop_stale_connections, execute, execute_many, follow_sentinel
 
 __all__ = ["RenewedLease", "renewer"]
 
@@ -130,16 +129,11 @@ class _Renewer:
     def _renew(self, leases: list[RenewedLease]) -> None:
         client = leases[0].client
         started = time.monotonic()
-        ask_sentinel = getattr(
-            getattr(client, "connection_pool", None), "get_master_address", None
-        )
-        if ask_sentinel is not None:
-            # Sentinel: renew where the primary is now. After a failover the old primary is
-            # demoted only at Sentinel's next check (about 10 s); until then pooled connections
-            # would renew the lease there while it runs out on the new one. Asking drops them
-            # if the primary moved (one query to a Sentinel per renewal round).
-            with contextlib.suppress(RedisError):
-                ask_sentinel()
+        # Sentinel: renew where the primary is now. After a failover the old primary is
+        # demoted only at Sentinel's next check (about 10 s); until then pooled connections
+        # would renew the lease there while it runs out on the new one (one query to a
+        # Sentinel per renewal round).
+        follow_sentinel(getattr(client, "connection_pool", None))
         try:
             results = self._extend_all(client, leases)
         except Exception as exc:

@@ -49,6 +49,8 @@ __all__ = [
     "drop_stale_connections",
     "execute",
     "execute_many",
+    "follow_sentinel",
+    "reread_slot_map",
     "wait_for_wake",
 ]
 
@@ -146,6 +148,25 @@ def _server_of(client: Any, key: str) -> Any:
     return client.get_redis_connection(client.get_node_from_key(key))
 
 
+def follow_sentinel(pool: Any) -> bool:
+    """For a Sentinel pool (False for any other): ask Sentinel where the primary is now. If it
+    moved, redis-py drops the pool's idle connections to the old one, and closes the others
+    when they come back."""
+    ask = getattr(pool, "get_master_address", None)
+    if ask is None:
+        return False
+    with contextlib.suppress(RedisError):
+        ask()
+    return True
+
+
+def reread_slot_map(cluster: Any) -> None:
+    """A Redis Cluster client whose slot moved or whose primary failed: read the slot map
+    again, so that the next call goes to the slot's owner now."""
+    with contextlib.suppress(RedisError, RedisClusterException):
+        cluster.nodes_manager.initialize()
+
+
 def drop_stale_connections(client: Any, key: str) -> None:
     """After a write no replica confirmed: the server may be a primary that a failover has
     replaced. Find out where the primary is now and drop the idle connections to the old one.
@@ -154,14 +175,10 @@ def drop_stale_connections(client: Any, key: str) -> None:
     pool closes those when they come back, once it knows the new primary's address.
     """
     pool = _server_of(client, key).connection_pool
-    if hasattr(pool, "get_master_address"):  # Sentinel: asks it, drops idle ones if moved
-        with contextlib.suppress(RedisError):
-            pool.get_master_address()
-    else:
+    if not follow_sentinel(pool):
         pool.disconnect(inuse_connections=False)
-    if not hasattr(client, "connection_pool"):  # Redis Cluster: read the slot map again
-        with contextlib.suppress(RedisError, RedisClusterException):
-            client.nodes_manager.initialize()
+    if not hasattr(client, "connection_pool"):
+        reread_slot_map(client)
 
 
 async def adrop_stale_connections(client: Any) -> None:
@@ -285,9 +302,8 @@ def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) 
     except RedisError as error:
         if not _interrupted(error):
             raise
-        if cluster is not None:  # read the slot map again: the next call goes where it moved
-            with contextlib.suppress(RedisError, RedisClusterException):
-                cluster.nodes_manager.initialize()
+        if cluster is not None:
+            reread_slot_map(cluster)
         return False
 
 
@@ -359,11 +375,8 @@ class Script:
         except (ResponseError, RedisConnectionError) as exc:
             if server is client or not (isinstance(exc, RedisConnectionError) or _redirected(exc)):
                 raise
-            # A Redis Cluster whose slot moved or whose primary failed: read the slot map
-            # again, so that this call (MOVED: the script did not run) or the next one goes to
-            # the right primary.
-            with contextlib.suppress(RedisError, RedisClusterException):
-                client.nodes_manager.initialize()
+            # This call (MOVED: the script did not run) or the next goes to the right primary.
+            reread_slot_map(client)
             if isinstance(exc, RedisConnectionError):
                 raise
             return self._acknowledged(
