@@ -6,11 +6,15 @@
 - ``redis_server_factory``: starts extra private servers for one test (restarts, replicas,
   clusters) and stops them, by pid, when the test ends.
 - ``redis_client``: a redis-py client on the session's database, emptied before each test.
+- after every test, no key of ours in the session's database may be left without an expiry
+  (``planted``: the keys a test wrote by hand, which are exempt).
+- ``redis_proxy``: the session's server behind a TCP proxy that can lose replies.
 """
 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +23,8 @@ import redis
 from django.test import override_settings
 
 from django_redis_lock.embedded import EmbeddedRedis, start_cluster
+from tests.helpers import keys_without_ttl
+from tests.proxy import TcpProxy
 
 ServerFactory = Callable[..., EmbeddedRedis]
 
@@ -85,6 +91,36 @@ def redis_client(_session_client: redis.Redis) -> redis.Redis:
 def _clean_redis_db(_session_client: redis.Redis) -> None:
     # Only the session database (ours, or the one REDIS_URL names) is ever flushed.
     _session_client.flushdb()
+
+
+@pytest.fixture(autouse=True)
+def _every_key_of_ours_expires(_session_client: redis.Redis) -> Iterator[set[str]]:
+    # The invariant the error paths must keep: whatever failed, no key of ours is left
+    # without an expiry (a lock nobody could ever take again).
+    planted: set[str] = set()
+    yield planted
+    leftovers = keys_without_ttl(_session_client, exempt=planted)
+    assert leftovers == [], f"keys of ours left without an expiry: {leftovers}"
+
+
+@pytest.fixture
+def planted(_every_key_of_ours_expires: set[str]) -> set[str]:
+    """Add the keys the test writes by hand without an expiry: they are not the lock's doing."""
+    return _every_key_of_ours_expires
+
+
+@pytest.fixture
+def redis_proxy(redis_url: str) -> Iterator[TcpProxy]:
+    """The session's server behind a TCP proxy; ``redis_proxy.url`` is its address."""
+    parts = urllib.parse.urlsplit(redis_url)
+    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@127.0.0.1:{proxy.port}" if userinfo else f"127.0.0.1:{proxy.port}"
+    proxy.url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    try:
+        yield proxy
+    finally:
+        proxy.close()
 
 
 @pytest.fixture

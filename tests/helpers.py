@@ -27,3 +27,29 @@ def wait_for_exit(pid: int, timeout: float) -> bool:
         return bool(readable)
     finally:
         os.close(fd)
+
+
+def wait_until(predicate, timeout: float = 10.0, what: str = "condition", interval: float = 0.01):
+    """Poll ``predicate`` until it returns something true, for at most ``timeout`` seconds;
+    returns that value, or fails the test saying ``what`` never happened."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def keys_without_ttl(client, exempt=()) -> list:
+    """Keys of ours (our layout puts a ``{hash tag}`` in every key) that have no expiry,
+    other than those in ``exempt`` (planted by the test itself)."""
+    exempt = {key.encode() if isinstance(key, str) else key for key in exempt}
+    return sorted(
+        key
+        for key in client.scan_iter(match="*{*}*", count=1000)
+        if key not in exempt and client.pttl(key) == -1
+    )

@@ -19,9 +19,10 @@ def test_default_configuration_is_silent():
     assert our_messages() == []
 
 
-def test_checks_are_registered_with_the_caches_tag_too():
+def test_checks_are_registered_with_the_caches_tag_too(settings):
     # `manage.py check --tag caches` must include the cache check.
-    assert checks.registry.registry.tags_available() >= {"caches"}
+    settings.DJANGO_REDIS_LOCK_CACHE_ALIAS = "no-such-cache"
+    assert our_ids(tags=["caches"]) == ["django_redis_lock.E001"]
 
 
 # -- settings: E004 wrong type, E005 out of range, E006 factory not importable --------------

@@ -26,8 +26,10 @@ from django_redis_lock import (
     lock_released,
 )
 from django_redis_lock.keys import lock_keys
+from django_redis_lock.scripts import ACQUIRE, RELEASE
 from tests import workers
 from tests.conftest import django_redis_caches
+from tests.helpers import wait_until
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -236,8 +238,11 @@ def test_script_flush_is_survived(redis_client):
     with Lock("flush", timeout=10):
         pass
     redis_client.script_flush()
-    with Lock("flush", timeout=10):
-        pass
+    assert redis_client.script_exists(ACQUIRE.sha, RELEASE.sha) == [False, False]
+    with Lock("flush", timeout=10) as held:  # NOSCRIPT: loaded again, and the call retried
+        assert held.owned()
+    assert not redis_client.exists(lease_key("flush"))
+    assert redis_client.script_exists(ACQUIRE.sha, RELEASE.sha) == [True, True]
 
 
 def test_unreachable_redis_is_a_backend_error(settings):
@@ -290,9 +295,23 @@ def test_bad_wait_for_acquire(settings, wait, error):
         Lock("x").acquire(wait=wait)
 
 
-def test_infinite_wait_is_allowed_per_lock():
-    with Lock("patient", wait=math.inf, timeout=5):
-        pass
+def test_infinite_wait_is_allowed_per_lock(settings):
+    """wait=inf outlasts the default wait (here 0.1 s): it takes the lock when it is freed."""
+    settings.DJANGO_REDIS_LOCK_WAIT = 0.1
+    holder = Lock("patient", timeout=30)
+    holder.acquire()
+    queued = threading.Event()
+    lock_contended.connect(lambda **kwargs: queued.set(), weak=False, dispatch_uid="patient")
+    try:
+        waiter = ThreadPoolExecutor(1).submit(Lock("patient", wait=math.inf, timeout=5).acquire)
+        assert queued.wait(10)
+        assert not waiter.done()
+        time.sleep(0.3)  # three default waits
+        assert not waiter.done()  # still waiting, not given up
+        holder.release()
+        assert waiter.result(10) is True
+    finally:
+        lock_contended.disconnect(dispatch_uid="patient")
 
 
 # -- the recipes of lock-recipes.md ----------------------------------------------------------
@@ -328,12 +347,17 @@ def test_r2_acquire_always_sets_ttl(redis_client):
             assert lock.acquire()
             assert redis_client.pttl(lease_key("r2")) > 0
             lock.release()
-    # No key of ours ever lives without a TTL.
-    with Lock("r2", timeout=5):
-        threading.Thread(target=lambda: Lock("r2", wait=0.2).acquire()).start()
-        time.sleep(0.05)
-        for key in redis_client.scan_iter("lock:*"):
+    # No key of ours ever lives without a TTL, the waiters' keys included.
+    with Lock("r2", timeout=5, fencing=True):
+        waiter = threading.Thread(target=lambda: Lock("r2", wait=0.5).acquire())
+        waiter.start()
+        queue = lease_key("r2") + ":q"
+        wait_until(lambda: redis_client.exists(queue), 10, "the waiter to queue")
+        keys = {key.decode() for key in redis_client.scan_iter("lock:*")}
+        assert {lease_key("r2"), queue, lease_key("r2") + ":d", lease_key("r2") + ":f"} <= keys
+        for key in keys:
             assert redis_client.pttl(key) > 0, key
+    waiter.join(10)
 
 
 def test_r3_failed_attempts_never_extend_the_holders_lease(redis_client):

@@ -1,0 +1,65 @@
+"""A TCP proxy between the lock's client and a real redis-server, to lose replies on purpose.
+
+The requests always reach Redis (so it runs them); what comes back can be passed on, dropped
+(the client waits for a reply that never comes: a blackhole) or cut (the client's connection
+is reset as the reply arrives). That is how a release whose reply was lost looks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+
+PASS, DROP_REPLIES, RESET_ON_REPLY = "pass", "drop replies", "reset on reply"
+
+
+class TcpProxy:
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.mode = PASS
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        self._closed = False
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        threading.Thread(target=self._accept, daemon=True, name="test-proxy").start()
+
+    def close(self) -> None:
+        self._closed = True
+        for sock in [self._listener, *self._sockets]:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self._sockets += [client, server]
+            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, replies: bool) -> None:
+        while True:
+            try:
+                data = source.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                with contextlib.suppress(OSError):
+                    sink.close()
+                return
+            if replies and self.mode == DROP_REPLIES:
+                continue
+            if replies and self.mode == RESET_ON_REPLY:
+                # SO_LINGER 0: close with a reset, as a failing network or middlebox would.
+                with contextlib.suppress(OSError):
+                    sink.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    sink.close()
+                continue
+            with contextlib.suppress(OSError):
+                sink.sendall(data)
