@@ -97,6 +97,9 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         except (RedisError, LockBackendError) as exc:
             items, next_cursor = [], None
             error = f"Redis could not be reached: {exc}"
+        if error is None:
+            for warning in registry.eviction_warnings():
+                self.message_user(request, warning, messages.WARNING)
         if unreachable:
             self.message_user(
                 request,
@@ -122,11 +125,20 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not self.has_view_permission(request):
             raise PermissionDenied
         name = request.GET.get("name", "")
-        info = registry.get_lock(name) if name else None
+        info, error = self._read(name) if name else (None, None)
         context = self._context(
-            request, name or "Lock", info=info, name=name, age=_age(info) if info else None
-        )
+            request, name or "Lock", info=info, name=name, age=_age(info) if info else None,
+            error=error,
+        )  # fmt: skip
         return TemplateResponse(request, "admin/django_redis_lock/lock/detail.html", context)
+
+    @staticmethod
+    def _read(name: str) -> tuple[registry.LockInfo | None, str | None]:
+        """The lock ``name`` as Redis has it now, or why it could not be read."""
+        try:
+            return registry.get_lock(name), None
+        except (RedisError, LockBackendError) as exc:
+            return None, f"Redis could not be reached: {exc}"
 
     def release_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_release_permission(request):
@@ -142,14 +154,29 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             messages.warning(request, "No lock was selected.")
             return HttpResponseRedirect(changelist)
         if request.method != "POST" or data.get("confirm") != "yes":
-            infos = [(name, token, registry.get_lock(name)) for name, token in chosen]
-            context = self._context(request, "Release locks?", chosen=infos)
+            infos, errors = [], []
+            for name, token in chosen:
+                info, error = self._read(name)
+                infos.append((name, token, info))
+                errors += [error] if error else []
+            context = self._context(
+                request, "Release locks?", chosen=infos, error=errors[0] if errors else None
+            )
             return TemplateResponse(
                 request, "admin/django_redis_lock/lock/release_confirmation.html", context
             )
         content_type = ContentType.objects.get_for_model(Lock, for_concrete_model=False)
         for name, token in chosen:
-            released = registry.force_release(name, token, by=request.user.get_username())
+            try:
+                released = registry.force_release(name, token, by=request.user.get_username())
+            except ValueError as exc:  # not a lock: nothing was deleted
+                messages.error(request, str(exc))
+                continue
+            except (RedisError, LockBackendError) as exc:
+                messages.error(
+                    request, f"{name!r} was not released: Redis could not be reached ({exc})."
+                )
+                continue
             if released:
                 LogEntry.objects.create(
                     user_id=request.user.pk,

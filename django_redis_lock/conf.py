@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from numbers import Real
 from typing import Any, cast
 
 from django.conf import settings
@@ -24,6 +23,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
+
+from . import durations
 
 __all__ = ["PREFIX", "SETTINGS", "InvalidSetting", "LockSettings", "lock_settings"]
 
@@ -70,30 +71,24 @@ def _string(*, forbidden: str = "") -> Callable[[str, Any], str]:
     return validate
 
 
-def _seconds(*, allow_zero: bool) -> Callable[[str, Any], float]:
-    bound = "zero or more" if allow_zero else "more than zero"
-
+def _seconds(*, wait: bool) -> Callable[[str, Any], float]:
     def validate(setting: str, value: Any) -> float:
-        # bool is an int subclass: DJANGO_REDIS_LOCK_TIMEOUT = True is a mistake, not 1 second.
-        if isinstance(value, bool) or not isinstance(value, Real):
-            raise InvalidSetting(
-                setting,
-                f"must be a number of seconds (int or float), not {type(value).__name__}.",
-                problem="type",
-            )
-        seconds = float(value)
-        if math.isnan(seconds) or math.isinf(seconds):
-            raise InvalidSetting(
-                setting,
-                f"must be a finite number of seconds, not {value!r}.",
-                problem="value",
-                hint="Every lease and every default wait is finite, so nothing hangs forever.",
-            )
-        if seconds < 0 or (seconds == 0 and not allow_zero):
-            raise InvalidSetting(
-                setting, f"must be {bound} seconds, not {value!r}.", problem="value"
-            )
-        return seconds
+        # The same rule, and words, as a Lock's own arguments (durations.py).
+        error: Exception
+        try:
+            return durations.seconds(value, setting, wait=wait)
+        except TypeError as exc:
+            problem, error = "type", exc
+        except ValueError as exc:
+            problem, error = "value", exc
+        raise InvalidSetting(
+            setting,
+            str(error).removeprefix(f"{setting} "),
+            problem=problem,
+            hint="Every lease and every default wait is finite, so nothing hangs forever."
+            if problem == "value" and value == math.inf
+            else "",
+        )
 
     return validate
 
@@ -215,13 +210,13 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "TIMEOUT",
             30,
-            _seconds(allow_zero=False),
+            _seconds(wait=False),
             "Default lease in seconds, renewed automatically while held when AUTO_RENEW.",
         ),
         Setting(
             "WAIT",
             10,
-            _seconds(allow_zero=True),
+            _seconds(wait=True),
             "Default longest wait for a held lock, in seconds; 0 means do not wait.",
         ),
         Setting(
@@ -267,6 +262,18 @@ SETTINGS: dict[str, Setting] = {
             "Largest response body kept to replay to duplicate submissions.",
         ),
         Setting(
+            "REPLAY_CLIENT_MAX_BYTES",
+            1048576,
+            _integer(minimum=0, kind="a number of bytes (an int)"),
+            "Most bytes of responses kept for replay per client, per window of their keep time.",
+        ),
+        Setting(
+            "REPLAY_TOTAL_MAX_BYTES",
+            67108864,
+            _integer(minimum=0, kind="a number of bytes (an int)"),
+            "Most bytes of responses kept for replay in all, per window of their keep time.",
+        ),
+        Setting(
             "SHOW_ADMIN",
             True,
             _boolean,
@@ -287,7 +294,7 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "REPLICA_TIMEOUT",
             0.5,
-            _seconds(allow_zero=False),
+            _seconds(wait=False),
             "Longest wait, in seconds, for MIN_REPLICAS to confirm an acquisition.",
         ),
         Setting(
@@ -380,6 +387,14 @@ class LockSettings:
     @property
     def REPLAY_MAX_BYTES(self) -> int:
         return cast("int", self.get("REPLAY_MAX_BYTES"))
+
+    @property
+    def REPLAY_CLIENT_MAX_BYTES(self) -> int:
+        return cast("int", self.get("REPLAY_CLIENT_MAX_BYTES"))
+
+    @property
+    def REPLAY_TOTAL_MAX_BYTES(self) -> int:
+        return cast("int", self.get("REPLAY_TOTAL_MAX_BYTES"))
 
     @property
     def SHOW_ADMIN(self) -> bool:

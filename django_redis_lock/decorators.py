@@ -22,11 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from asgiref.sync import iscoroutinefunction
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.template.response import SimpleTemplateResponse
 
-from . import submissions
+from . import durations, replays, submissions
 from .conf import lock_settings
 from .exceptions import LockBackendError, LockError, LockLost, LockNotOwned
 from .lock import Lock
@@ -182,7 +182,12 @@ class _SubmissionGuard:
         lock = Lock(
             name, wait=self.wait, timeout=self.timeout, label=f"submission to {self.group}"
         )
-        return _Submission(lock, fingerprint, keep, idempotency_key is not None)
+        return _Submission(
+            lock, fingerprint, keep, idempotency_key is not None, client,
+            # A client known only by its IP address may be several people (one office, one
+            # mobile carrier's NAT): never show one of them another's response.
+            replayable=self.replay and not submissions.ip_scoped(client),
+        )  # fmt: skip
 
     def refuse(self, request: HttpRequest, submission: _Submission, ctx: Any) -> Any:
         """The answer to a request that did not get the lock: the first response replayed,
@@ -221,16 +226,38 @@ class _SubmissionGuard:
             retry_after=submissions.retry_after(submission.keep),
         )
 
-    def result_of(self, response: HttpResponseBase, submission: _Submission) -> bytes | None:
+    def result_of(
+        self, response: HttpResponseBase, submission: _Submission
+    ) -> submissions.Finished | None:
         """What to keep of the response for duplicates (None: nothing, a retry may run)."""
         if response.status_code >= 500:
             return None
         if isinstance(response, SimpleTemplateResponse) and not response.is_rendered:
             response.render()  # its content is what a duplicate must get
-        finished = submissions.Finished.of(
-            response, submission.fingerprint, replay=self.replay,
+        return submissions.Finished.of(
+            response, submission.fingerprint, replay=submission.replayable,
             max_bytes=lock_settings.REPLAY_MAX_BYTES,
         )  # fmt: skip
+
+    def kept(self, finished: submissions.Finished | None, submission: _Submission) -> bytes | None:
+        """``finished`` as it is kept, once its body is counted against the replay budgets
+        (``replays.py``); without its body if that does not fit. Does I/O."""
+        if finished is None:
+            return None
+        if finished.status is not None:
+            record = finished.dumps()
+            refused = replays.charge(
+                lock_settings.CACHE_ALIAS, submission.client, len(record),
+                durations.milliseconds(submission.keep),
+            )  # fmt: skip
+            if refused is None:
+                return record
+            logger.warning(
+                "Not keeping the response of %s for replay: %s is spent (see "
+                "DJANGO_REDIS_LOCK_REPLAY_CLIENT_MAX_BYTES); its duplicates get 409.",
+                self.group, refused,
+            )  # fmt: skip
+            finished = finished.without_body()
         return finished.dumps()
 
     @staticmethod
@@ -250,6 +277,8 @@ class _Submission:
     fingerprint: str
     keep: float  # seconds the result is kept for duplicates
     idempotent: bool
+    client: str  # who submits (the key's value)
+    replayable: bool  # whether its response may be replayed to duplicates
 
 
 def _duplicate_view() -> Callable[..., Any]:
@@ -283,9 +312,8 @@ def prevent_double_submit(
     """
     Lock("validate-options", wait=wait, timeout=timeout)
     submissions.key_function(key)  # a bad key fails here, at import time, not per request
-    for what, seconds in (("hold", hold), ("idempotency_ttl", idempotency_ttl)):
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
-            raise ValueError(f"{what} must be a positive number of seconds, not {seconds!r}.")
+    hold = durations.seconds(hold, "hold")
+    idempotency_ttl = durations.seconds(idempotency_ttl, "idempotency_ttl")
 
     def decorator(view: F) -> F:
         guard = _SubmissionGuard(
@@ -313,7 +341,10 @@ def prevent_double_submit(
                 result = None
                 try:
                     response = await view(request, *args, **kwargs)
-                    result = guard.result_of(response, submission)
+                    finished = guard.result_of(response, submission)
+                    result = await sync_to_async(guard.kept, thread_sensitive=False)(
+                        finished, submission
+                    )
                     return response
                 finally:
                     with contextlib.suppress(LockNotOwned, LockBackendError):
@@ -337,7 +368,7 @@ def prevent_double_submit(
             result = None
             try:
                 response = view(request, *args, **kwargs)
-                result = guard.result_of(response, submission)
+                result = guard.kept(guard.result_of(response, submission), submission)
                 return response
             finally:
                 # Nothing is kept when the view raised: a retry may run it again. A lost lock

@@ -6,9 +6,12 @@
     <ns>{<tag>}:f          the last fencing token
     <ns>{<tag>}:w:<token>  one waiter's wake-up list
     <ns>{<tag>}:r          the result of the guarded work, kept for duplicates (submissions)
+    <ns>{!replay-budget}:<ms>  bytes of those results kept per client, per window (replays.py)
 
 where ``<ns>`` is ``<cache KEY_PREFIX>:<DJANGO_REDIS_LOCK_KEY_PREFIX>:`` (no cache prefix: just
 ``<DJANGO_REDIS_LOCK_KEY_PREFIX>:``).
+
+(``!`` is in no readable name and no hashed tag, so the budget's tag is never a lock's.)
 
 All keys of one lock share the ``{<tag>}`` hash tag, so they live in one Redis Cluster slot and
 one Lua script may touch them all. The tag is the name itself when the name is short and made
@@ -31,7 +34,7 @@ from django.conf import settings
 from .conf import lock_settings
 from .connection import quorum_members
 
-__all__ = ["LockKeys", "lock_keys", "namespace", "readable_tag"]
+__all__ = ["LockKeys", "lock_keys", "namespace", "readable_tag", "replay_budget_key"]
 
 _READABLE = re.compile(r"[A-Za-z0-9._:/@+=-]{1,100}")
 
@@ -83,3 +86,8 @@ def lock_keys(name: str, alias: str | tuple[str, ...]) -> LockKeys:
         fence=f"{base}:f",
         wake_prefix=f"{base}:w:",
     )
+
+
+def replay_budget_key(alias: str | tuple[str, ...], window_ms: int) -> str:
+    """The key counting the bytes of replayed results kept in windows of ``window_ms``."""
+    return f"{namespace(alias)}{{!replay-budget}}:{window_ms}"

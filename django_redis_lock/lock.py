@@ -30,18 +30,19 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from numbers import Real
 from types import TracebackType
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import signals
+from . import durations, signals
 from .conf import lock_settings
 from .connection import LockAlias, async_lock_client, lock_client
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
+from .holds import Hold, HoldWatch, current_owner, owner_description, reentrant_tokens
 from .keys import LockKeys, lock_keys
 from .quorum import AsyncQuorumClient, QuorumClient
 from .quorum import members as checked_quorum
@@ -69,6 +70,9 @@ _BLOCK_CAP = 2.0
 _LIVENESS_SLACK = 1.0
 # Below this, a wait is not worth a blocking call: BLPOP's timeout 0 would mean "for ever".
 _MIN_BLOCK = 0.001
+# The least time an acquisition gives Redis to answer one request, however short its wait: a
+# busy server is not a dead one. (Shorter socket timeouts still apply.)
+_REPLY_FLOOR = 1.0
 
 _HOST = socket.gethostname()
 
@@ -76,77 +80,8 @@ _HOST = socket.gethostname()
 _TRY, _QUEUE, _LEAVE_OR_TAKE, _LEAVE = 0, 1, 2, 3
 
 
-def _seconds(value: Any, what: str, *, allow_zero: bool, allow_inf: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}.")
-    seconds = float(value)
-    if math.isnan(seconds):
-        raise ValueError(f"{what} must be a number of seconds, not NaN.")
-    if math.isinf(seconds) and not (allow_inf and seconds > 0):
-        raise ValueError(f"{what} must be finite, not {value!r}.")
-    if seconds < 0 or (seconds == 0 and not allow_zero):
-        bound = "zero or more" if allow_zero else "more than zero"
-        raise ValueError(f"{what} must be {bound} seconds, not {value!r}.")
-    return seconds
-
-
 def _granted(result: Any) -> bool:
     return bool(result[0] == 1)
-
-
-def _current_owner() -> object:
-    """The asyncio task running this code, else the current thread: who holds an acquisition."""
-    # _get_running_loop, not current_task(): outside a loop that raises, and raising on every
-    # sync acquire and release is a measurable share of their cost.
-    loop = asyncio._get_running_loop()
-    task = asyncio.current_task(loop) if loop is not None else None
-    return task if task is not None else threading.current_thread()
-
-
-def _owner_description(owner: object) -> dict[str, str]:
-    if isinstance(owner, asyncio.Task):
-        return {"thread": threading.current_thread().name, "task": owner.get_name()}
-    return {"thread": getattr(owner, "name", str(owner))}
-
-
-class _ReentrantTokens:
-    """Which token each thread / task holds a re-entrant lock with, across Lock objects, so
-    that ``obj.lock()`` called again deeper in the same call stack re-enters the hold."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._tokens: weakref.WeakKeyDictionary[object, dict[str, str]] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def get(self, owner: object, key: str) -> str | None:
-        with self._lock:
-            return self._tokens.get(owner, {}).get(key)
-
-    def set(self, owner: object, key: str, token: str) -> None:
-        with self._lock:
-            self._tokens.setdefault(owner, {})[key] = token
-
-    def forget(self, owner: object, key: str, token: str) -> None:
-        with self._lock:
-            held = self._tokens.get(owner, {})
-            if held.get(key) == token:
-                del held[key]
-
-
-_reentrant_tokens = _ReentrantTokens()
-
-
-@dataclass(eq=False)
-class _Hold:
-    """One owner's acquisition through one Lock object."""
-
-    token: str
-    fence: int | None
-    acquired_at: float  # monotonic
-    count: int = 1
-    renewal: RenewedLease | None = None
-    lost_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -202,6 +137,7 @@ class _Acquisition:
     owner: object
     alias: LockAlias
     keys: LockKeys
+    fresh: bool  # a new token: not a re-entry into a hold this owner has already
     token: str
     lease: float
     renew: bool
@@ -251,9 +187,9 @@ class Lock:
         if not name:
             raise ValueError("A lock name must not be empty.")
         if timeout is not None:
-            timeout = _seconds(timeout, "timeout", allow_zero=False, allow_inf=False)
+            timeout = durations.seconds(timeout, "timeout")
         if wait is not None:
-            wait = _seconds(wait, "wait", allow_zero=True, allow_inf=True)
+            wait = durations.seconds(wait, "wait", wait=True, allow_inf=True)
         for flag, value in (("reentrant", reentrant), ("fencing", fencing)):
             if not isinstance(value, bool):
                 raise TypeError(f"{flag} must be True or False, not {value!r}.")
@@ -277,7 +213,7 @@ class Lock:
         self._label = label
         self._using = using
         self._resolved: _Resolved | None = None
-        self._holds: weakref.WeakKeyDictionary[object, _Hold] = weakref.WeakKeyDictionary()
+        self._holds: weakref.WeakKeyDictionary[object, Hold] = weakref.WeakKeyDictionary()
         self._state = threading.Lock()
         self._records: weakref.WeakKeyDictionary[object, tuple[tuple[Any, ...], str]] = (
             weakref.WeakKeyDictionary()
@@ -286,6 +222,17 @@ class Lock:
 
     def __repr__(self) -> str:
         return f"<Lock {self._name!r}{' held' if self._hold() else ''}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle, copy.copy and copy.deepcopy give a new, unheld Lock with the same name and
+        # options: a hold belongs to the thread or task (and process) that took it, and a
+        # copy that shared it could release it from under its owner.
+        options: dict[str, Any] = {
+            "timeout": self._timeout, "wait": self._wait, "auto_renew": self._auto_renew,
+            "reentrant": self._reentrant, "fencing": self._fencing, "label": self._label,
+            "using": self._using,
+        }  # fmt: skip
+        return (functools.partial(Lock, self._name, **options), ())
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -317,8 +264,20 @@ class Lock:
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    def _hold(self) -> _Hold | None:
-        return self._holds.get(_current_owner())
+    def _hold(self) -> Hold | None:
+        return self._hold_of(current_owner())
+
+    def _hold_of(self, owner: object) -> Hold | None:
+        # In a forked child, the parent's holds are still in memory, but not the child's:
+        # the parent is still inside its critical section, so the child must not release
+        # or renew its lease, nor re-enter it.
+        hold = self._holds.get(owner)
+        return hold if hold is None or hold.here else None
+
+    def _inherited(self, owner: object) -> bool:
+        """Whether ``owner``'s hold is one a forked child inherited from its parent."""
+        hold = self._holds.get(owner)
+        return hold is not None and not hold.here
 
     def _resolve(self) -> _Resolved:
         # Settings are read once, when the Lock is first used (then they are fixed for it).
@@ -343,13 +302,13 @@ class Lock:
 
     def _max_wait(self, wait: float | None) -> float:
         if wait is not None:
-            return _seconds(wait, "wait", allow_zero=True, allow_inf=True)
+            return durations.seconds(wait, "wait", wait=True, allow_inf=True)
         return self._resolve().wait
 
     def _owner_record(self, owner: object, lease: float) -> str:
         # Built once per process, owner and lease: it is the same for every acquisition a
         # long-lived Lock object makes from one thread (a thread may be renamed: checked too).
-        described = _owner_description(owner)
+        described = owner_description(owner)
         key = (os.getpid(), tuple(described.values()), lease)
         cached = self._records.get(owner)
         if cached is not None and cached[0] == key:
@@ -371,9 +330,9 @@ class Lock:
         """Everything an acquisition needs before its first round trip. With ``want_result``
         an acquisition gives up as soon as the guarded work's result is there (``ctx.result``,
         see ``_release_call``): the duplicate-submission guard is built on it."""
-        owner = _current_owner()
+        owner = current_owner()
         max_wait = self._max_wait(wait)
-        hold = self._holds.get(owner)
+        hold = self._hold_of(owner)
         if hold is not None and not self._reentrant:
             raise LockError(
                 f"Lock {self._name!r} is already held by this thread/task; "
@@ -384,12 +343,13 @@ class Lock:
         lease, renew = self._lease()
         token = None
         if self._reentrant:
-            token = hold.token if hold else _reentrant_tokens.get(owner, keys.lease)
+            token = hold.token if hold else reentrant_tokens.get(owner, keys.lease)
         started = time.monotonic()
         return _Acquisition(
             owner=owner,
             alias=alias,
             keys=keys,
+            fresh=token is None,
             token=token or secrets.token_hex(16),
             lease=lease,
             renew=renew,
@@ -419,7 +379,7 @@ class Lock:
         if ctx.want_result:
             flags += "d"
         liveness = min(max(remaining, 0), _BLOCK_CAP) + _LIVENESS_SLACK
-        lease_ms = max(1, int(ctx.lease * 1000))
+        lease_ms = durations.milliseconds(ctx.lease)
         return [ctx.token, lease_ms, ctx.record, mode, flags, int(liveness * 1000), ctx.nonce]
 
     @staticmethod
@@ -486,6 +446,15 @@ class Lock:
         return None
 
     @staticmethod
+    def _reply_budget(ctx: _Acquisition) -> float | None:
+        """How long the next ACQUIRE may go unanswered before the acquisition gives up: the
+        wait left, but at least _REPLY_FLOOR (None: wait for ever, the socket timeout
+        decides). So `acquire(wait=1)` against a stalled Redis raises after about a second,
+        not after the socket timeout."""
+        remaining = ctx.deadline - time.monotonic()
+        return None if remaining == math.inf else max(remaining, _REPLY_FLOOR)
+
+    @staticmethod
     def _block(ctx: _Acquisition) -> tuple[float, bool]:
         """How long to block for a wake-up, and whether that time must be kept exactly (it
         ends the wait, or the holder's lease) rather than only roughly (a periodic re-check)."""
@@ -502,23 +471,30 @@ class Lock:
         now = time.monotonic()
         with self._state:
             hold = self._holds.get(owner)
+            # The lease a grant gives runs from when the request went out, at the latest.
+            ends_at = ctx.sent_at + lease
             if hold is not None and hold.token == token:
                 hold.count += 1
+                hold.lease_ends_at = max(hold.lease_ends_at, ends_at)
             else:
-                hold = _Hold(token, fence if self._fencing else None, now)
+                hold = Hold(token, fence if self._fencing else None, now, ends_at)
                 if renew:
+                    # Weakly: a lease nobody can release any more is not renewed for ever.
+                    watch = HoldWatch(hold, owner, self._report_lost)
                     hold.renewal = RenewedLease(
                         client=lock_client(alias),
                         key=keys.lease,
                         token=token,
                         lease=lease,
-                        on_lost=functools.partial(self._report_lost, hold),
+                        on_lost=watch.lost,
+                        name=self._name,
+                        abandoned=watch.abandoned,
                     )
                     hold.renewal.confirmed(ctx.sent_at)
                     renewer.add(hold.renewal)
                 self._holds[owner] = hold
         if self._reentrant:
-            _reentrant_tokens.set(owner, keys.lease, token)
+            reentrant_tokens.set(owner, keys.lease, token)
         waited = now - started
         logger.debug("Acquired lock %r after %.3fs", self._name, waited)
         signals.lock_acquired.send(
@@ -545,7 +521,18 @@ class Lock:
             waited=ctx.max_wait,
         )
 
-    def _released(self, owner: object, keys: LockKeys, hold: _Hold, remaining: int) -> None:
+    def _released(
+        self, owner: object, keys: LockKeys, hold: Hold, remaining: int, *, retried: bool
+    ) -> None:
+        hold.releasing_since, releasing_since = None, hold.releasing_since
+        if remaining < 0 and retried and hold.count <= 1 and releasing_since is not None:
+            lease = self._lease()[0]
+            if releasing_since < hold.ends_at() - durations.clock_allowance(lease):
+                # An earlier try's reply was lost. It was sent while the lease still ran: it
+                # went through, or the lease ended after the work under it had. Either way
+                # nobody overlapped us: a release, not a loss.
+                remaining = 0
+                logger.debug("Lock %r: the earlier try of this release got through", self._name)
         if remaining < 0:
             self._forget(owner, keys, hold)
             self._report_lost(hold, "its lease had ended before it was released")
@@ -567,10 +554,10 @@ class Lock:
                 sender=Lock, lock=self, name=self._name, label=self._label, held=held
             )
         elif remaining == 0 and self._reentrant:
-            _reentrant_tokens.forget(owner, keys.lease, hold.token)
+            reentrant_tokens.forget(owner, keys.lease, hold.token)
 
     def _forget(
-        self, owner: object, keys: LockKeys, hold: _Hold, *, owner_done: bool = True
+        self, owner: object, keys: LockKeys, hold: Hold, *, owner_done: bool = True
     ) -> None:
         if hold.renewal is not None:
             renewer.remove(hold.renewal)
@@ -578,9 +565,9 @@ class Lock:
             if self._holds.get(owner) is hold:
                 del self._holds[owner]
         if self._reentrant and owner_done:
-            _reentrant_tokens.forget(owner, keys.lease, hold.token)
+            reentrant_tokens.forget(owner, keys.lease, hold.token)
 
-    def _report_lost(self, hold: _Hold, reason: str) -> None:
+    def _report_lost(self, hold: Hold, reason: str) -> None:
         """Make a loss loud, once: ERROR log, ``lock_lost`` signal, ``lock.lost``."""
         with self._state:
             if hold.lost_reason is not None:
@@ -598,8 +585,8 @@ class Lock:
             sender=Lock, lock=self, name=self._name, label=self._label, held=held, reason=reason
         )
 
-    def _held_or_raise(self, owner: object) -> _Hold:
-        hold = self._holds.get(owner)
+    def _held_or_raise(self, owner: object) -> Hold:
+        hold = self._hold_of(owner)
         if hold is None:
             raise LockNotOwned(
                 f"Lock {self._name!r} is not held by this thread/task through this Lock object.",
@@ -607,7 +594,7 @@ class Lock:
             )
         return hold
 
-    def _lost_error(self, hold: _Hold) -> LockLost:
+    def _lost_error(self, hold: Hold) -> LockLost:
         return LockLost(
             f"Lock {self._name!r} was lost while held: {hold.lost_reason}.", name=self._name
         )
@@ -629,12 +616,15 @@ class Lock:
                         wanted=_granted,
                     )  # fmt: skip
                     if _granted(result) and acknowledged < replicas:
-                        RELEASE(client, [ctx.keys.lease], [ctx.token, int(self._reentrant)])
+                        RELEASE(client, [ctx.keys.lease], [ctx.token, ctx.nonce or 0])
                         # Perhaps a stale primary after a failover: ask again where it is.
                         drop_stale_connections(client, ctx.keys.lease)
                         raise self._unconfirmed(acknowledged, replicas)
                 else:
-                    result = ACQUIRE(client, [ctx.keys.lease], self._attempt_args(ctx))
+                    args = self._attempt_args(ctx)
+                    result = ACQUIRE(
+                        client, [ctx.keys.lease], args, reply_timeout=self._reply_budget(ctx)
+                    )
                 outcome = self._step(ctx, result)
                 if outcome is not None:
                     return outcome
@@ -643,6 +633,8 @@ class Lock:
                     woken = wait_for_wake(client, ctx.keys.wake(ctx.token), block, exact=exact)
                     ctx.stale_wake = ctx.stale_wake or not woken
         except RedisError as exc:
+            if isinstance(exc, RedisTimeoutError):
+                ctx.queued = False  # nothing to tell a Redis that does not answer: see below
             raise self._backend_error("acquire", exc) from exc
         finally:
             if ctx.queued:  # interrupted while queued: step out of the line, pass the turn on
@@ -668,32 +660,39 @@ class Lock:
         """The release, optionally leaving ``result`` for ``result_ttl`` seconds for later
         acquisitions made with ``want_result`` (written in the same script, before the lock
         is free)."""
-        owner = _current_owner()
+        owner = current_owner()
         hold = self._held_or_raise(owner)
         alias, keys = self._alias_and_keys()
+        # A try that failed (or was cancelled) may have got through before its reply was
+        # lost: a retry must not take a second level, nor call the lease lost (_released).
+        retried = hold.releasing_since is not None
+        if not retried:
+            hold.releasing_since = time.monotonic()
+            hold.release_nonce = secrets.token_hex(8) if self._reentrant else "0"
+        if hold.count <= 1 and hold.renewal is not None:
+            renewer.remove(hold.renewal)  # the work is done: renewing now could only mislead
 
         def failed(exc: RedisError) -> LockBackendError:
             if hold.renewal is not None:
                 renewer.remove(hold.renewal)
             return self._backend_error("release", exc)
 
+        keep = [result, durations.milliseconds(result_ttl)] if result is not None else []
         return _Call(
             RELEASE,
             alias,
             [keys.lease],
-            [hold.token, int(self._reentrant)]
-            + ([result, max(1, int(result_ttl * 1000))] if result is not None else []),
-            done=lambda remaining: self._released(owner, keys, hold, int(remaining)),
+            [hold.token, hold.release_nonce, *keep],
+            done=lambda remaining: self._released(
+                owner, keys, hold, int(remaining), retried=retried
+            ),
             failed=failed,
         )
 
     def _extend_call(self, seconds: float | None) -> _Call:
-        owner = _current_owner()
+        owner = current_owner()
         hold = self._held_or_raise(owner)
-        if seconds is None:
-            lease = self._lease()[0]
-        else:
-            lease = _seconds(seconds, "seconds", allow_zero=False, allow_inf=False)
+        lease = self._lease()[0] if seconds is None else durations.seconds(seconds, "seconds")
         alias, keys = self._alias_and_keys()
         started = time.monotonic()
 
@@ -704,6 +703,7 @@ class Lock:
                 raise LockNotOwned(
                     f"Lock {self._name!r} was no longer ours to extend.", name=self._name
                 )
+            hold.lease_ends_at = started + lease
             if hold.renewal is not None:
                 hold.renewal.confirmed(started, lease)
 
@@ -711,7 +711,7 @@ class Lock:
             EXTEND,
             alias,
             [keys.lease],
-            [hold.token, int(lease * 1000)],
+            [hold.token, durations.milliseconds(lease)],
             done=done,
             failed=lambda exc: self._backend_error("extend", exc),
         )
@@ -739,18 +739,22 @@ class Lock:
         return bool(holder == hold.token)
 
     def ttl(self) -> float | None:
-        """Seconds left on the current lease, whoever holds it; None when nobody does."""
+        """Seconds left on the current lease, whoever holds it; None when nobody does, and
+        ``math.inf`` for a key without an expiry (never ours: someone wrote it by hand)."""
         alias, keys = self._alias_and_keys()
         try:
             milliseconds = int(execute(lock_client(alias), "PTTL", keys.lease))
         except RedisError as exc:
             raise self._backend_error("read", exc) from exc
+        if milliseconds == -1:
+            logger.warning("Lock %r: its key %s never expires", self._name, keys.lease)
+            return math.inf
         return milliseconds / 1000 if milliseconds >= 0 else None
 
     def ensure_held(self) -> None:
         """Raise ``LockLost`` unless Redis confirms we still hold the lock. Call it before a
         write that must not happen without the lock."""
-        owner = _current_owner()
+        owner = current_owner()
         hold = self._held_or_raise(owner)
         if hold.lost_reason is None and not self.owned():
             self._report_lost(hold, "its lease was gone when checked")
@@ -769,13 +773,15 @@ class Lock:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        if self._inherited(current_owner()):
+            return  # a forked child leaving the with block: the lock stays its parent's
         hold = self._hold()
         try:
             self.release()
         except (LockNotOwned, LockBackendError) as error:
             self._exit_error(hold, exc, error)
 
-    def _exit_error(self, hold: _Hold | None, exc: BaseException | None, error: LockError) -> None:
+    def _exit_error(self, hold: Hold | None, exc: BaseException | None, error: LockError) -> None:
         """A release at the end of a ``with`` block failed: say so without hiding ``exc``."""
         if exc is not None:
             logger.exception("Could not release lock %r after an error", self._name)
@@ -801,13 +807,18 @@ class Lock:
                         wanted=_granted,
                     )  # fmt: skip
                     if _granted(result) and acknowledged < replicas:
-                        await RELEASE.acall(
-                            client, [ctx.keys.lease], [ctx.token, int(self._reentrant)]
-                        )
+                        await RELEASE.acall(client, [ctx.keys.lease], [ctx.token, ctx.nonce or 0])
                         await adrop_stale_connections(client)
                         raise self._unconfirmed(acknowledged, replicas)
                 else:
-                    result = await ACQUIRE.acall(client, [ctx.keys.lease], self._attempt_args(ctx))
+                    args = self._attempt_args(ctx)
+                    try:
+                        result = await ACQUIRE.acall(
+                            client, [ctx.keys.lease], args, reply_timeout=self._reply_budget(ctx)
+                        )
+                    except asyncio.CancelledError:
+                        await self._give_back(client, ctx)
+                        raise
                 outcome = self._step(ctx, result)
                 if outcome is not None:
                     return outcome
@@ -816,12 +827,24 @@ class Lock:
                     woken = await await_wake(client, ctx.keys.wake(ctx.token), block, exact=exact)
                     ctx.stale_wake = ctx.stale_wake or not woken
         except RedisError as exc:
+            if isinstance(exc, RedisTimeoutError):
+                ctx.queued = False
             raise self._backend_error("acquire", exc) from exc
         finally:
             if ctx.queued:
                 leave = ACQUIRE.acall(client, [ctx.keys.lease], self._attempt_args(ctx, _LEAVE))
                 with contextlib.suppress(RedisError, asyncio.CancelledError):
                     await asyncio.shield(leave)
+
+    @staticmethod
+    async def _give_back(client: Any, ctx: _Acquisition) -> None:
+        """Cancelled while an ACQUIRE was on its way: Redis may have granted it, and nobody
+        would know to release it, so the lock would stay taken for a lease. Give it back (a
+        new acquisition only: a re-entry's level cannot be told from the holder's own)."""
+        if ctx.fresh:
+            back = RELEASE.acall(client, [ctx.keys.lease], [ctx.token, 0])
+            with contextlib.suppress(RedisError, asyncio.CancelledError):
+                await asyncio.shield(back)
 
     async def arelease(self) -> None:
         """``release()`` for asyncio."""
@@ -843,6 +866,8 @@ class Lock:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        if self._inherited(current_owner()):
+            return
         hold = self._hold()
         try:
             await self.arelease()

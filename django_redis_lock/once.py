@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
 
+from . import durations
 from .exceptions import LockBackendError, LockNotOwned
 from .lock import Lock, _Call
 
@@ -45,13 +46,12 @@ class run_once:  # lower case: it is used like a function (decorator, context ma
         wait: float | None = None,
         using: str | None = None,
     ) -> None:
-        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0:
-            raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}.")
+        ttl = durations.seconds(ttl, "ttl")
         if not callable(key) and not (isinstance(key, str) and key):
             raise TypeError("key must be a non-empty string, a template, or a callable.")
         Lock("validate-options", wait=wait, using=using)
         self.key = key
-        self.ttl = float(ttl)
+        self.ttl = ttl
         self.wait = wait
         self.using = using
         self._lock: Lock | None = None

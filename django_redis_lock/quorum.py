@@ -38,6 +38,7 @@ import logging
 import math
 import os
 import random
+import secrets
 import select
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,7 @@ from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
+from .durations import clock_allowance
 from .scripts import ACQUIRE, EXTEND, FORCE_RELEASE, RAISE_FENCE, RELEASE, Script, _pack
 
 __all__ = ["MIN_MEMBERS", "AsyncQuorumClient", "QuorumClient", "QuorumUnavailable", "members"]
@@ -57,10 +59,6 @@ MIN_MEMBERS = 3
 
 logger = logging.getLogger("django_redis_lock")
 
-# Redlock's allowance for the servers' clocks running at different rates (1 % of the lease)
-# plus the time the client needs to act on the answer.
-_DRIFT_FACTOR = 0.01
-_DRIFT_MIN = 0.002
 # A waiter looks again after a random delay in this range, in seconds.
 _RETRY_DELAY = (0.005, 0.03)
 # Used when no server's client sets a socket timeout.
@@ -162,10 +160,6 @@ def _is_list(reply: Any) -> bool:
 
 def _retry_delay(at_most: float) -> float:
     return min(at_most, random.uniform(*_RETRY_DELAY))
-
-
-def _drift(lease: float) -> float:
-    return lease * _DRIFT_FACTOR + _DRIFT_MIN
 
 
 class QuorumClient:
@@ -409,7 +403,8 @@ class QuorumClient:
             return [0, 0, None]  # nobody queues in quorum mode
         argv[3] = _TRY
         lease = lease_ms / 1000
-        valid_for = lease - _drift(lease)  # a majority granted later than this is worthless
+        # A majority granted later than this is worthless.
+        valid_for = lease - clock_allowance(lease)
         started = time.monotonic()
 
         majority_granted = self._decided_by(lambda reply: _is_list(reply) and reply[0] == 1)
@@ -455,7 +450,7 @@ class QuorumClient:
             logger.warning(
                 "Quorum %s: no majority granted %s within its lease of %ss, less %.3fs for "
                 "clock drift: given back. Quorum leases must be far longer than a round trip.",
-                self.name, key, lease, _drift(lease),
+                self.name, key, lease, clock_allowance(lease),
             )  # fmt: skip
         holder = next((reply for reply in refused if reply[2]), None)
         wait_ms = min((int(reply[1]) for reply in refused if int(reply[1]) > 0), default=1)
@@ -479,7 +474,8 @@ class QuorumClient:
             return
         with_grants = set(granted)
         self._run(
-            RELEASE, key, [token, int(reentrant)], members=members, timeout=self.reply_timeout,
+            RELEASE, key, [token, secrets.token_hex(8) if reentrant else 0], members=members,
+            timeout=self.reply_timeout,
             settled=lambda answers: with_grants.issubset(answers),
         )  # fmt: skip
 
@@ -508,7 +504,8 @@ class QuorumClient:
             settled=self._decided_by(lambda reply: reply == 1),
         )  # fmt: skip
         extended = sum(1 for reply in replies.values() if reply == 1)
-        if extended >= self.majority and time.monotonic() - started < lease - _drift(lease):
+        in_time = time.monotonic() - started < lease - clock_allowance(lease)
+        if extended >= self.majority and in_time:
             return 1
         unknown = sum(1 for reply in replies.values() if not _answered(reply))
         if extended + unknown >= self.majority:
@@ -545,9 +542,11 @@ def _agreed_value(answers: list[Any], majority: int) -> Any:
 
 
 def _majority_pttl(answers: list[Any], majority: int) -> int:
-    # The lease lasts as long as a majority still has it: the majority-th longest.
-    pttl = sorted((int(answer) for answer in answers), reverse=True)[majority - 1]
-    return pttl if pttl >= 0 else -2
+    # The lease lasts as long as a majority still has it: the majority-th longest. A key
+    # without an expiry (-1) lasts longest of all, and is not hidden as "no key" (-2).
+    pttls = [int(answer) for answer in answers]
+    pttl = sorted(pttls, key=lambda ms: math.inf if ms == -1 else ms, reverse=True)[majority - 1]
+    return pttl if pttl >= -1 else -2
 
 
 _READS: dict[str, Callable[[list[Any], int], Any]] = {

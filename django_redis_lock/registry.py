@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from .signals import lock_force_released
 
 __all__ = [
     "LockInfo",
+    "eviction_warnings",
     "force_release",
     "get_lock",
     "glob_escape",
@@ -61,7 +63,7 @@ class LockInfo:
     key: str
     name: str
     token: str
-    ttl: float  # seconds left on the lease
+    ttl: float  # seconds left on the lease; math.inf for a key without an expiry
     label: str | None = None
     host: str | None = None
     pid: int | None = None
@@ -73,6 +75,11 @@ class LockInfo:
     hold_count: int | None = None
     valid: bool = True
     raw: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def expires(self) -> bool:
+        """False for a key without an expiry: it never frees (our scripts never leave one)."""
+        return self.ttl != math.inf
 
     @property
     def holder(self) -> str:
@@ -91,7 +98,7 @@ class LockInfo:
             "thread": self.thread,
             "task": self.task,
             "acquired_at": self.acquired_at.isoformat() if self.acquired_at else None,
-            "ttl": round(self.ttl, 3),
+            "ttl": round(self.ttl, 3) if self.expires else None,  # None: it never expires
             "lease": self.lease,
             "fencing_token": self.fencing_token,
             "hold_count": self.hold_count,
@@ -99,6 +106,10 @@ class LockInfo:
             "key": self.key,
             "valid": self.valid,
         }
+
+
+def _seconds_left(pttl: int) -> float:
+    return math.inf if pttl == -1 else pttl / 1000
 
 
 def _info(key: str, record: dict[str, str], pttl: int) -> LockInfo:
@@ -109,13 +120,15 @@ def _info(key: str, record: dict[str, str], pttl: int) -> LockInfo:
             raise ValueError("not an object")
         since = int(record["since"])
     except (KeyError, ValueError):
-        return LockInfo(key=key, name=key, token=token, ttl=pttl / 1000, valid=False, raw=record)
+        return LockInfo(
+            key=key, name=key, token=token, ttl=_seconds_left(pttl), valid=False, raw=record
+        )
     fence = int(record.get("fence") or 0)
     return LockInfo(
         key=key,
         name=str(owner.get("name", key)),
         token=token,
-        ttl=pttl / 1000,
+        ttl=_seconds_left(pttl),
         label=owner.get("label"),
         host=owner.get("host"),
         pid=owner.get("pid"),
@@ -138,9 +151,11 @@ def _read(client: Any, keys: list[str]) -> Iterator[LockInfo]:
     )
     for index, key in enumerate(keys):
         record, pttl = replies[2 * index], replies[2 * index + 1]
-        if isinstance(record, Exception) or isinstance(pttl, Exception):
+        if isinstance(pttl, Exception):
+            raise pttl
+        if isinstance(record, Exception):
             # Not a hash: someone else's key in our namespace. Show it, do not crash.
-            yield LockInfo(key=key, name=key, token="", ttl=0, valid=False)
+            yield LockInfo(key=key, name=key, token="", ttl=_seconds_left(int(pttl)), valid=False)
             continue
         if not record or pttl == -2:  # expired between the SCAN and the read
             continue
@@ -310,14 +325,58 @@ def force_release(
 
     Returns False, deleting nothing, when the lock changed hands (or is gone) meanwhile. Wakes
     the next waiter. The former holder's renewal then reports the lock lost (``LockLost``).
+    Raises ``ValueError``, deleting nothing, when the key of ``name`` is not a lock (some
+    other key in our namespace), and ``RedisError`` when Redis cannot be reached.
     """
     alias = using or lock_settings.CACHE_ALIAS
     client = lock_client(alias)
     key = lock_keys(name, alias).lease
     info = _lookup(client, key)
-    if not FORCE_RELEASE(client, [key], [token]):
+    released = FORCE_RELEASE(client, [key], [token])
+    if released == -1:
+        raise ValueError(
+            f"{name!r} is not a lock: its key {key} holds something else. Nothing was deleted."
+        )
+    if not released:
         return False
     lock_force_released.send(
         sender=Lock, name=name, token=token, owner=info.as_dict() if info else None, by=by
     )
     return True
+
+
+def eviction_warnings(*, using: str | None = None) -> list[str]:
+    """What could evict lock keys early: one line per server that has a ``maxmemory`` and a
+    ``maxmemory-policy`` other than ``noeviction`` (an evicted lease lets a second holder in).
+
+    Servers that do not let us read their configuration (``CONFIG`` renamed or denied, as on
+    some managed services), or cannot be reached, are passed over: this is advice, not a check.
+    """
+    alias = using or lock_settings.CACHE_ALIAS
+    warnings = []
+    for server in _scan_targets(lock_client(alias)):
+        try:
+            replies = execute_many(
+                server, [("CONFIG", "GET", "maxmemory"), ("CONFIG", "GET", "maxmemory-policy")]
+            )
+        except RedisError:
+            continue
+        if any(isinstance(reply, Exception) for reply in replies):
+            continue
+        maxmemory, policy = (_text(_config_value(reply)) for reply in replies)
+        if maxmemory not in ("", "0") and policy not in ("", "noeviction"):
+            kwargs = server.connection_pool.connection_kwargs
+            where = f"{kwargs.get('host', kwargs.get('path', '?'))}:{kwargs.get('port', '')}"
+            warnings.append(
+                f"Redis at {where} may evict lock keys under memory pressure (maxmemory "
+                f"{maxmemory}, maxmemory-policy {policy}): an evicted lease lets a second holder "
+                "in. Give locks a Redis with maxmemory-policy noeviction."
+            )
+    return warnings
+
+
+def _config_value(reply: Any) -> Any:
+    """The value of a one-parameter ``CONFIG GET`` reply (a pair list in RESP2, a map in RESP3)."""
+    if isinstance(reply, dict):
+        return next(iter(reply.values()), "")
+    return reply[1] if len(reply) > 1 else ""

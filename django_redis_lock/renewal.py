@@ -38,20 +38,31 @@ _RETRY_INTERVAL = 0.5
 @dataclass(eq=False)
 class RenewedLease:
     """One held lease to keep alive. ``expires_at`` is monotonic: when the lease ends unless
-    renewed (as far as this process knows)."""
+    renewed (as far as this process knows). ``name`` is the lock's readable name, for logs;
+    ``abandoned()`` says why nobody can release the lease any more (None: someone may)."""
 
     client: Any
     key: str
     token: str
     lease: float
     on_lost: Callable[[str], None]
+    name: str = ""
+    abandoned: Callable[[], str | None] = field(default=lambda: None, repr=False)
     expires_at: float = 0.0
     due: float = field(default=0.0, repr=False)
+    failure: str = ""  # why the latest renewal did not happen, while it is retried
 
     def confirmed(self, at: float, seconds: float | None = None) -> None:
         """Redis confirmed at ``at`` (monotonic) that the lease runs ``seconds`` from then."""
         self.expires_at = at + (self.lease if seconds is None else seconds)
         self.due = at + self.lease / 3
+        self.failure = ""
+
+    def unrenewed(self) -> str:
+        """Why the lease ended unrenewed, when Redis never said it was gone."""
+        if self.failure:
+            return f"Redis could not be reached to renew it ({self.failure})"
+        return "Redis did not answer its renewal before the lease ended (stalled or unreachable)"
 
 
 class _Renewer:
@@ -96,18 +107,24 @@ class _Renewer:
             with self._condition:
                 while True:
                     now = time.monotonic()
-                    idle = [lease for lease in self._leases if id(lease.client) not in self._busy]
-                    due = [lease for lease in idle if lease.due <= now]
-                    if due:
+                    ended, abandoned, due = self._sort_out(now)
+                    if ended or abandoned or due:
                         self._wakes_at = None
                         break
-                    next_due = min((lease.due for lease in idle), default=None)
-                    self._wakes_at = next_due
-                    self._condition.wait(None if next_due is None else next_due - now)
+                    self._wakes_at = self._next_look()
+                    self._condition.wait(None if self._wakes_at is None else self._wakes_at - now)
                 by_client: dict[int, list[RenewedLease]] = {}
                 for lease in due:
                     by_client.setdefault(id(lease.client), []).append(lease)
                 self._busy.update(by_client)
+            for lease, reason in abandoned:
+                logger.warning(
+                    "Lock %r was acquired and never released: %s. It is no longer renewed, so "
+                    "it frees when its lease ends (%ss at most).",
+                    lease.name, reason, lease.lease,
+                )  # fmt: skip
+            for lease in ended:
+                lease.on_lost(lease.unrenewed())
             for client_id, leases in by_client.items():
                 threading.Thread(
                     target=self._renew_batch,
@@ -115,6 +132,36 @@ class _Renewer:
                     name="django-redis-lock-renewal-batch",
                     daemon=True,
                 ).start()
+
+    def _sort_out(
+        self, now: float
+    ) -> tuple[list[RenewedLease], list[tuple[RenewedLease, str]], list[RenewedLease]]:
+        """(leases whose renewal is still under way when they end: lost now, by our clock;
+        leases nobody can release any more; leases due for renewal). The first two leave."""
+        ended, abandoned, due = [], [], []
+        for lease in self._leases:
+            if id(lease.client) in self._busy:
+                if lease.expires_at <= now:
+                    ended.append(lease)
+            elif lease.due <= now:
+                reason = lease.abandoned()
+                if reason is None:
+                    due.append(lease)
+                else:
+                    abandoned.append((lease, reason))
+        self._leases.difference_update(ended)
+        self._leases.difference_update(lease for lease, _ in abandoned)
+        return ended, abandoned, due
+
+    def _next_look(self) -> float | None:
+        """When a lease next falls due, or one under renewal ends (None: no lease)."""
+        return min(
+            (
+                lease.expires_at if id(lease.client) in self._busy else lease.due
+                for lease in self._leases
+            ),
+            default=None,
+        )
 
     def _renew_batch(self, client_id: int, leases: list[RenewedLease]) -> None:
         try:
@@ -149,9 +196,10 @@ class _Renewer:
                     lease.confirmed(started)
                 elif isinstance(result, Exception):
                     now = time.monotonic()
+                    lease.failure = str(result)
                     if now >= lease.expires_at:
                         self._leases.discard(lease)
-                        lost.append((lease, f"Redis could not be reached to renew it ({result})"))
+                        lost.append((lease, lease.unrenewed()))
                     else:
                         logger.warning(
                             "django-redis-lock: could not renew %s (%s); retrying",

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from redis.exceptions import (
     AskError,
@@ -36,8 +36,11 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .durations import MAX_SECONDS
+
 __all__ = [
     "ACQUIRE",
+    "DURATION_CHECK",
     "EXTEND",
     "FORCE_RELEASE",
     "RAISE_FENCE",
@@ -109,13 +112,28 @@ async def _aborrowed(client: Any) -> AsyncIterator[Any]:
         await pool.release(connection)
 
 
-def execute(client: Any, *args: Any) -> Any:
+def _sooner(reply_timeout: float | None, socket_timeout: float | None) -> bool:
+    """Whether ``reply_timeout`` cuts a wait for a reply shorter than the socket timeout."""
+    if reply_timeout is None:
+        return False
+    return socket_timeout is None or reply_timeout < socket_timeout
+
+
+def _no_reply(reply_timeout: float) -> RedisTimeoutError:
+    return RedisTimeoutError(f"Redis did not answer within {reply_timeout:.3g}s")
+
+
+def execute(client: Any, *args: Any, reply_timeout: float | None = None) -> Any:
     """Send one command on a connection of ``client``'s pool, once, and return the raw reply.
 
     Not ``client.execute_command``: that retries on timeouts and connection errors (redis-py 8
     by default ten times, with back-off), which would turn "Redis is unreachable" into a long
     hang, and could run a lock script twice (a re-entry counted twice). A lock operation is
     tried once; the caller decides what a failure means.
+
+    ``reply_timeout``: raise ``TimeoutError`` (and drop the connection) when no reply came
+    within that many seconds, if that is sooner than the socket timeout (one server or
+    Sentinel; a Cluster client keeps its socket timeout).
     """
     pool = getattr(client, "connection_pool", None)
     if pool is None:
@@ -128,6 +146,9 @@ def execute(client: Any, *args: Any) -> Any:
         return client.execute_command(*args, target_nodes=client.get_node_from_key(key))
     with _borrowed(client) as connection:
         connection.send_packed_command([_pack(args)])
+        sooner = _sooner(reply_timeout, connection.socket_timeout)
+        if sooner and not connection.can_read(timeout=reply_timeout):
+            raise _no_reply(cast(float, reply_timeout))
         return connection.read_response()
 
 
@@ -332,7 +353,7 @@ async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = Tru
         return False
 
 
-async def aexecute(client: Any, *args: Any) -> Any:
+async def aexecute(client: Any, *args: Any, reply_timeout: float | None = None) -> Any:
     """:func:`execute` for a ``redis.asyncio`` client."""
     if not hasattr(client, "connection_pool"):  # Redis Cluster, or quorum mode (quorum.py)
         key = _routing_key(args) if hasattr(client, "get_node_from_key") else None
@@ -342,6 +363,15 @@ async def aexecute(client: Any, *args: Any) -> Any:
         # client reads the slot map on first use, not when built.
         await client.initialize()
         return await client.execute_command(*args, target_nodes=client.get_node_from_key(key))
+    if not _sooner(reply_timeout, client.connection_pool.connection_kwargs.get("socket_timeout")):
+        return await _aexecute_once(client, args)
+    try:  # the whole exchange: a new connection's handshake waits for Redis too
+        return await asyncio.wait_for(_aexecute_once(client, args), reply_timeout)
+    except asyncio.TimeoutError:
+        raise _no_reply(cast(float, reply_timeout)) from None
+
+
+async def _aexecute_once(client: Any, args: Sequence[Any]) -> Any:
     async with _aborrowed(client) as connection:
         await connection.send_packed_command([_pack(args)])
         return await connection.read_response()
@@ -355,12 +385,20 @@ class Script:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
-    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def __call__(
+        self,
+        client: Any,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        *,
+        reply_timeout: float | None = None,
+    ) -> Any:
+        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
         try:
-            return execute(client, "EVALSHA", self.sha, len(keys), *keys, *args)
+            return execute(client, *command, reply_timeout=reply_timeout)
         except NoScriptError:
-            execute(client, "SCRIPT", "LOAD", self.source)
-            return execute(client, "EVALSHA", self.sha, len(keys), *keys, *args)
+            execute(client, "SCRIPT", "LOAD", self.source, reply_timeout=reply_timeout)
+            return execute(client, *command, reply_timeout=reply_timeout)
 
     def call_acknowledged(
         self, client: Any, keys: Sequence[str], args: Sequence[Any], replicas: int,
@@ -404,16 +442,44 @@ class Script:
             await aexecute(client, "SCRIPT", "LOAD", self.source)
             return await aexecute_acknowledged(client, command, replicas, timeout_ms, wanted)
 
-    async def acall(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def acall(
+        self,
+        client: Any,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        *,
+        reply_timeout: float | None = None,
+    ) -> Any:
+        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
         try:
-            return await aexecute(client, "EVALSHA", self.sha, len(keys), *keys, *args)
+            return await aexecute(client, *command, reply_timeout=reply_timeout)
         except NoScriptError:
             if hasattr(client, "connection_pool"):
-                await aexecute(client, "SCRIPT", "LOAD", self.source)
+                await aexecute(client, "SCRIPT", "LOAD", self.source, reply_timeout=reply_timeout)
             else:  # an asyncio Redis Cluster client: it loads the script on every primary
                 await client.script_load(self.source)
-            return await aexecute(client, "EVALSHA", self.sha, len(keys), *keys, *args)
+            return await aexecute(client, *command, reply_timeout=reply_timeout)
 
+
+# Every script that sets an expiry checks the milliseconds it is given first (Lua defining
+# duration(value); prepend it), before anything is
+# written: Lua does not roll back, so an expiry Redis refused after a write would leave a key of
+# ours without one. (durations.py has checked them already; this is the last line.) Elsewhere,
+# reads come before writes, and each key written gets its expiry before the next command that
+# could fail.
+DURATION_CHECK = (
+    """
+local function duration(value)
+  local ms = tonumber(value)
+  if not ms or ms < 1 or ms > """
+    + str(MAX_SECONDS * 1000)
+    + """ or ms % 1 ~= 0 then
+    error('invalid duration: ' .. tostring(value) .. ' (whole milliseconds, at most a year)')
+  end
+  return ms
+end
+"""
+)
 
 # All scripts get the lease key as their one declared key and name its siblings from it (they
 # share its hash tag, so its Cluster slot): fewer arguments to send and to unpack per call.
@@ -464,10 +530,12 @@ QUEUE_TTL_MS = 5000
 # {2, result} with the 'd' flag when the guarded work is already done.
 ACQUIRE = Script(
     "acquire",
-    _SIBLINGS
+    DURATION_CHECK
+    + _SIBLINGS
     + _WAKE_NEXT
     + """
 local token, mode, flags = ARGV[1], tonumber(ARGV[4]), ARGV[5]
+local lease, liveness = duration(ARGV[2]), duration(ARGV[6])
 local holder = redis.call('HGET', lease_key, 'token')
 
 if mode == 3 then
@@ -492,7 +560,6 @@ if string.find(flags, 'd', 1, true) then
   end
 end
 
-local lease = tonumber(ARGV[2])
 if holder == token then
   -- Ours already: a re-entry, or a retried request whose first attempt got through.
   if string.find(flags, 'r', 1, true) and redis.call('HGET', lease_key, 'nonce') ~= ARGV[7] then
@@ -514,25 +581,32 @@ if not holder then
   end
   if (not head) or head == token then
     local now = now_ms()
-    redis.call('HSET', lease_key, 'token', token, 'count', 1, 'owner', ARGV[3], 'since', now)
-    local fence = 0
+    local record = {'token', token, 'count', 1, 'owner', ARGV[3], 'since', now}
+    local fence, fence_key = 0, lease_key .. ':f'
     if string.find(flags, 'f', 1, true) then
-      local fence_key = lease_key .. ':f'
       local micros = now * 1000 + tonumber(clock[2]) % 1000
       fence = math.max(tonumber(redis.call('GET', fence_key) or '0') + 1, micros)
-      redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', """
+      fence = string.format('%.0f', fence)
+      table.insert(record, 'fence')
+      table.insert(record, fence)
+    end
+    if string.find(flags, 'r', 1, true) then
+      table.insert(record, 'nonce')
+      table.insert(record, ARGV[7])
+    end
+    redis.call('HSET', lease_key, unpack(record))
+    redis.call('PEXPIRE', lease_key, lease)
+    if fence ~= 0 then
+      redis.call('SET', fence_key, fence, 'PX', """
     + str(FENCE_TTL_MS)
     + """)
-      redis.call('HSET', lease_key, 'fence', string.format('%.0f', fence))
     end
-    if string.find(flags, 'r', 1, true) then redis.call('HSET', lease_key, 'nonce', ARGV[7]) end
-    redis.call('PEXPIRE', lease_key, lease)
     if head then
       redis.call('LPOP', queue)
       redis.call('HDEL', deadlines, token)
       if string.find(flags, 'w', 1, true) then redis.call('DEL', wake_prefix .. token) end
     end
-    return {1, fence}
+    return {1, tonumber(fence)}
   end
   -- Free, but a live waiter is ahead of us: it has been woken and is on its way.
   wait_hint = tonumber(redis.call('HGET', deadlines, head)) - now_ms()
@@ -541,13 +615,12 @@ else
 end
 
 if mode == 1 then
-  if redis.call('HSET', deadlines, token, now_ms() + tonumber(ARGV[6])) == 1 then
-    redis.call('RPUSH', queue, token)
-  end
-  redis.call('PEXPIRE', queue, """
+  local joining = redis.call('HSET', deadlines, token, now_ms() + liveness) == 1
+  redis.call('PEXPIRE', deadlines, """
     + str(QUEUE_TTL_MS)
     + """)
-  redis.call('PEXPIRE', deadlines, """
+  if joining then redis.call('RPUSH', queue, token) end
+  redis.call('PEXPIRE', queue, """
     + str(QUEUE_TTL_MS)
     + """)
 elseif mode == 2 then
@@ -565,16 +638,28 @@ return {0, wait_hint, false}
 """,
 )
 
-# KEYS: lease   ARGV: token, re-entrant (0/1)[, result, result_ttl_ms]
-# Returns the hold count left (0: released), or -1 when the lease is not ours.
+# KEYS: lease
+# ARGV: token, nonce[, result, result_ttl_ms]
+#   nonce: '0' for a lock that is not re-entrant; else one per release, the same when it is
+#   retried, so that a retry of a release whose reply was lost does not take a second level
+# Returns the hold count left (0: released), or -1 when the lease is not ours (or the key is
+# not a lock at all).
 RELEASE = Script(
     "release",
-    _SIBLINGS
+    DURATION_CHECK
+    + _SIBLINGS
     + _WAKE_NEXT
     + """
-if redis.call('HGET', lease_key, 'token') ~= ARGV[1] then return -1 end
-if ARGV[2] == '1' and tonumber(redis.call('HGET', lease_key, 'count') or '1') > 1 then
-  return redis.call('HINCRBY', lease_key, 'count', -1)
+if ARGV[3] then duration(ARGV[4]) end
+local holder = redis.pcall('HGET', lease_key, 'token')
+if holder ~= ARGV[1] then return -1 end
+if ARGV[2] ~= '0' then
+  local count = tonumber(redis.call('HGET', lease_key, 'count') or '1')
+  if redis.call('HGET', lease_key, 'rnonce') == ARGV[2] then return count end  -- a retry
+  if count > 1 then
+    redis.call('HSET', lease_key, 'rnonce', ARGV[2])
+    return redis.call('HINCRBY', lease_key, 'count', -1)
+  end
 end
 -- The lease is deleted last: a script that stops half-way (a Cluster slot being migrated
 -- away has siblings that are not here) leaves it held, so release() can be retried.
@@ -593,21 +678,27 @@ return 0
 # Returns 1 when the lease now ends lease_ms from now, 0 when it is not ours (lost).
 EXTEND = Script(
     "extend",
-    """
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    DURATION_CHECK
+    + """
+local lease = duration(ARGV[2])
+if redis.pcall('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], lease)
 return 1
 """,
 )
 
 # KEYS: lease   ARGV: token
 # Deletes the lease whatever its hold count, only if it still has the token an operator saw.
+# Returns 1 when deleted, 0 when the lease has another token (or is gone), -1 when the key is
+# not a lock (another type of key in our namespace): nothing is touched.
 FORCE_RELEASE = Script(
     "force_release",
     _SIBLINGS
     + _WAKE_NEXT
     + """
-if redis.call('HGET', lease_key, 'token') ~= ARGV[1] then return 0 end
+local holder = redis.pcall('HGET', lease_key, 'token')
+if type(holder) == 'table' and holder.err then return -1 end
+if holder ~= ARGV[1] then return 0 end
 wake_next()  -- before the delete: see RELEASE
 redis.call('DEL', lease_key)
 return 1

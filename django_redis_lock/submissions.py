@@ -26,6 +26,7 @@ __all__ = [
     "DuplicateSubmission",
     "Finished",
     "client_identity",
+    "ip_scoped",
     "key_function",
     "request_fingerprint",
     "retry_after",
@@ -115,6 +116,12 @@ def key_function(key: str | KeyFunction) -> KeyFunction:
     )
 
 
+def ip_scoped(client: str) -> bool:
+    """Whether ``client`` (an identity from a key function) is only an IP address, which
+    several people may share: their responses are never replayed to each other."""
+    return client.startswith("ip:")
+
+
 def client_identity(request: HttpRequest, key: KeyFunction) -> str | None:
     """Who submits: the key's value for this request, or None (then nothing is guarded)."""
     value = key(request)
@@ -187,6 +194,10 @@ class Finished:
             )
             return cls(fingerprint, response.status_code, headers, response.content)
         return cls(fingerprint)
+
+    def without_body(self) -> Finished:
+        """The same record, not replayable: its duplicates get 409."""
+        return Finished(self.fingerprint)
 
     def dumps(self) -> bytes:
         return json.dumps(

@@ -189,3 +189,68 @@ def test_the_page_says_how_many_keys_were_looked_at(viewer):
         page = viewer.get(CHANGELIST).content.decode()
     assert "1 lock held now" in page
     assert "1 key of ours looked at" in page
+
+
+# -- errors are messages, never a 500, and nothing is deleted ---------------------------------
+
+
+@pytest.fixture
+def redis_down(settings):
+    from tests.conftest import django_redis_caches
+
+    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")  # nothing listens there
+
+
+def test_detail_page_says_redis_is_down(releaser, redis_down):
+    response = releaser.get(DETAIL, {"name": "anything"})
+    assert response.status_code == 200
+    assert "Redis could not be reached" in response.content.decode()
+
+
+def test_release_confirmation_page_says_redis_is_down(releaser, redis_down):
+    response = releaser.get(RELEASE, {"lock": "some-token:anything"})
+    assert response.status_code == 200
+    assert "Redis could not be reached" in response.content.decode()
+
+
+def test_confirmed_release_says_redis_is_down(releaser, redis_down):
+    response = releaser.post(
+        RELEASE, {"lock": "some-token:anything", "confirm": "yes"}, follow=True
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "was not released" in page
+    assert "Redis could not be reached" in page
+    assert not LogEntry.objects.exists()
+
+
+def test_releasing_a_key_that_is_not_a_lock_deletes_nothing(releaser, redis_client, planted):
+    redis_client.set("lock:{weird}", "x")  # someone else's key, in our namespace
+    planted.add("lock:{weird}")
+    confirm = releaser.get(RELEASE, {"lock": "some-token:weird"})
+    assert confirm.status_code == 200
+    response = releaser.post(RELEASE, {"lock": "some-token:weird", "confirm": "yes"}, follow=True)
+    assert response.status_code == 200
+    assert "is not a lock" in response.content.decode()
+    assert redis_client.get("lock:{weird}") == b"x"
+    assert not LogEntry.objects.exists()
+
+
+def test_a_key_without_expiry_is_shown_as_such(viewer, redis_client, planted):
+    key = "lock:{eternal}"
+    redis_client.hset(key, mapping={"token": "t", "owner": '{"name": "eternal"}', "since": 1})
+    planted.add(key)
+    assert "never expires" in viewer.get(CHANGELIST).content.decode()
+    assert "never expires" in viewer.get(DETAIL, {"name": "eternal"}).content.decode()
+
+
+def test_an_evicting_redis_is_named_above_the_list(viewer, settings, redis_server_factory):
+    from tests.conftest import django_redis_caches
+
+    server = redis_server_factory(
+        args=["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]
+    )
+    settings.CACHES = django_redis_caches(server.url)
+    page = viewer.get(CHANGELIST).content.decode()
+    assert "may evict lock keys" in page
+    assert "allkeys-lru" in page

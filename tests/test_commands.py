@@ -188,3 +188,11 @@ def test_redis_down_fail_open_runs_unprotected(settings, caplog):
     call_command("quick_job", "--tag", "open")
     assert quick_job.runs == ["open"]
     assert any("without its lock" in record.getMessage() for record in caplog.records)
+
+
+def test_cli_release_of_a_key_that_is_not_a_lock_deletes_nothing(redis_client, planted):
+    redis_client.set("lock:{weird}", "x")
+    planted.add("lock:{weird}")
+    with pytest.raises(CommandError, match="is not a lock"):
+        call_command("redis_locks", "release", "weird", "--token", "some-token")
+    assert redis_client.get("lock:{weird}") == b"x"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import os
 import signal
@@ -9,11 +11,19 @@ import threading
 import time
 
 import pytest
+import redis
 
-from django_redis_lock import Lock, LockLost, LockNotOwned, lock_lost
+from django_redis_lock import (
+    Lock,
+    LockLost,
+    LockNotOwned,
+    aclose_async_redis_clients,
+    lock_lost,
+)
 from django_redis_lock.keys import lock_keys
 from django_redis_lock.renewal import renewer
 from tests.conftest import django_redis_caches
+from tests.helpers import wait_until
 
 
 @pytest.fixture
@@ -160,7 +170,8 @@ def test_a_stalled_server_holds_up_only_its_own_renewals(
 ):
     """Each Redis client's renewals run apart: while one server does not answer (each try
     waits out its 2 s socket timeout), a lock on another server, with a 0.3 s lease, is
-    renewed on time."""
+    renewed on time. The stalled server's lock is reported lost when its lease ends, by our
+    clock, without waiting for the socket timeout."""
     stalled = redis_server_factory()
     caches = django_redis_caches(redis_url)
     caches["stalled"] = {
@@ -175,9 +186,120 @@ def test_a_stalled_server_holds_up_only_its_own_renewals(
     os.kill(stalled.pid, signal.SIGSTOP)
     try:
         with Lock("elsewhere") as elsewhere:
-            assert not losses.event.wait(1.2)  # four leases: renewed all along
-            assert elsewhere.owned()
+            assert losses.event.wait(5)  # the stalled one could not be renewed in time
+            held_until = time.monotonic() + 1.2  # four leases of this one: renewed all along
+            while time.monotonic() < held_until:
+                assert elsewhere.owned()
+                time.sleep(0.05)
     finally:
         os.kill(stalled.pid, signal.SIGCONT)
-    assert losses.event.wait(5)  # the stalled one could not be renewed in time
     assert [name for name, _ in losses] == ["on-the-stalled-server"]
+
+
+# -- a lease nobody can release any more is not renewed for ever -----------------------------
+
+
+def abandonment_warnings(caplog, name):
+    return [
+        record
+        for record in caplog.records
+        if record.levelno == logging.WARNING
+        and "acquired and never released" in record.getMessage()
+        and repr(name) in record.getMessage()
+    ]
+
+
+def test_renewal_stops_when_the_holding_thread_ended_without_releasing(
+    settings, redis_client, losses, caplog
+):
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    lock = Lock("orphan")  # still referenced here: only its thread is gone
+    thread = threading.Thread(target=lock.acquire, name="forgetful")
+    thread.start()
+    thread.join()
+    key = lock_keys("orphan", "default").lease
+    assert redis_client.exists(key)
+    wait_until(lambda: not redis_client.exists(key), 10, "the orphaned lease to expire")
+    [warning] = abandonment_warnings(caplog, "orphan")
+    assert "forgetful" in warning.getMessage()
+    assert losses == []  # not a loss: nobody was holding it any more
+    assert Lock("orphan", wait=0).acquire()
+
+
+def test_renewal_stops_after_the_lock_object_is_garbage_collected(
+    settings, redis_client, losses, caplog
+):
+    """python-redis-lock's test_auto_renewal_stops_after_gc, on our Lock."""
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    lock = Lock("dropped")
+    lock.acquire()
+    del lock
+    gc.collect()
+    key = lock_keys("dropped", "default").lease
+    wait_until(lambda: not redis_client.exists(key), 10, "the dropped lock's lease to expire")
+    [warning] = abandonment_warnings(caplog, "dropped")
+    assert "garbage-collected" in warning.getMessage()
+    assert losses == []
+
+
+def test_renewal_stops_when_the_holding_task_ended_without_releasing(
+    settings, redis_client, losses, caplog
+):
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    lock = Lock("orphan-task")
+
+    async def main():
+        task = asyncio.create_task(lock.aacquire(), name="forgetful-task")
+        assert await task
+        await aclose_async_redis_clients()
+
+    asyncio.run(main())
+    key = lock_keys("orphan-task", "default").lease
+    wait_until(lambda: not redis_client.exists(key), 10, "the orphaned lease to expire")
+    [warning] = abandonment_warnings(caplog, "orphan-task")
+    assert "forgetful-task" in warning.getMessage()
+
+
+def test_a_lock_held_by_a_living_thread_is_still_renewed(settings, redis_client, losses, caplog):
+    """The other side: a lease that a living thread holds through a live object is kept."""
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    held = Lock("kept")
+    held.acquire()
+    time.sleep(1.0)  # three leases
+    assert held.owned()
+    assert abandonment_warnings(caplog, "kept") == []
+    held.release()
+
+
+# -- a stalled Redis: the holder learns at its lease's end, by its own clock -----------------
+
+
+@pytest.mark.parametrize("stall", ["SIGSTOP", "CLIENT PAUSE"])
+def test_a_loss_is_reported_when_the_lease_ends_even_while_the_renewal_hangs(
+    settings, redis_server_factory, losses, stall
+):
+    """Before: the loss came after the renewal's socket timeout (5 s by default, here 30 s),
+    long after the lease had ended and someone else could hold the lock."""
+    server = redis_server_factory()
+    settings.CACHES = django_redis_caches(server.url, SOCKET_TIMEOUT=30)
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 1
+    lock = Lock("frozen")
+    sent = time.monotonic()  # the lease cannot end sooner than a lease after this
+    lock.acquire()
+    admin = redis.Redis.from_url(server.url)
+    if stall == "SIGSTOP":
+        os.kill(server.pid, signal.SIGSTOP)
+    else:
+        admin.execute_command("CLIENT", "PAUSE", 20_000, "WRITE")  # scripts too
+    try:
+        assert losses.event.wait(10), "the loss was not reported at the lease's end"
+        assert time.monotonic() - sent >= 1  # not before the lease could have ended
+        assert lock.lost
+        assert losses == [("frozen", losses[0][1])]
+        assert "did not answer" in losses[0][1]
+    finally:
+        if stall == "SIGSTOP":
+            os.kill(server.pid, signal.SIGCONT)
+        else:
+            admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()

@@ -93,3 +93,42 @@ def deposit_under_lock(redis_url: str, database: str, pk: int, rounds: int, star
     for _ in range(rounds):
         account.deposit(1)
     return rounds
+
+
+def fork_inside_the_lock(redis_url: str, name: str, reentrant: bool) -> dict[str, Any]:
+    """Hold ``name``, fork, and let the child try everything a copy of the holder could do:
+    release, re-acquire, and leave the ``with`` block. Returns what the child saw, and whether
+    the parent still held the lock afterwards (a fresh Lock could not take it)."""
+    import json
+
+    setup_django(redis_url, DJANGO_REDIS_LOCK_TIMEOUT=1)  # a renewed lease of 1 s
+    from django_redis_lock import Lock, LockNotOwned
+
+    lock = Lock(name, reentrant=reentrant)
+    read_end, write_end = os.pipe()
+    seen: dict[str, Any] = {}
+    pid = -1
+    try:
+        with lock:
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    lock.release()
+                    seen["release"] = "released"
+                except LockNotOwned:
+                    seen["release"] = "LockNotOwned"
+                seen["acquire"] = lock.acquire(wait=0)
+                seen["other_acquire"] = Lock(name, reentrant=reentrant).acquire(wait=0)
+            else:
+                os.waitpid(pid, 0)
+                seen["child"] = json.loads(os.read(read_end, 65536))
+                time.sleep(1.5)  # more than the lease: the parent renews it, the child must not
+                seen["parent_still_owns"] = lock.owned()
+                seen["third_party_acquired"] = Lock(name, timeout=5).acquire(wait=0)
+    except BaseException as exc:  # the child reports whatever happened
+        seen["exit"] = repr(exc)
+    if pid == 0:
+        seen.setdefault("exit", "quiet")
+        os.write(write_end, json.dumps(seen).encode())
+        os._exit(0)
+    return seen

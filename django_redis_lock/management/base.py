@@ -31,6 +31,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from .. import durations
 from ..conf import lock_settings
 from ..exceptions import LockBackendError, LockNotAcquired, LockNotOwned
 from ..lock import Lock
@@ -57,14 +58,23 @@ class _Stopped(BaseException):
         self.signum = signum
 
 
-def _seconds(text: str) -> float:  # an argparse type
+def _wait_seconds(text: str) -> float:  # an argparse type
+    return _seconds(text, wait=True)
+
+
+def _lease_seconds(text: str) -> float:  # an argparse type; 0 means the renewed default
+    return 0.0 if _seconds(text, wait=True) == 0 else _seconds(text, wait=False)
+
+
+def _seconds(text: str, *, wait: bool) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value >= 0:  # also refuses NaN
-        raise argparse.ArgumentTypeError(f"must be zero or more seconds, not {text!r}")
-    return value
+    try:
+        return durations.seconds(value, "it", wait=wait, allow_inf=wait)
+    except ValueError as exc:  # the rule a Lock's own arguments follow
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("it ")) from None
 
 
 class SingleInstanceMixin:
@@ -86,11 +96,11 @@ class SingleInstanceMixin:
         self._command_name = subcommand
         group = parser.add_argument_group("single instance (django-redis-lock)")
         group.add_argument(
-            "--lock-wait", type=_seconds, default=None, metavar="SECONDS",
+            "--lock-wait", type=_wait_seconds, default=None, metavar="SECONDS",
             help=f"wait this long for a running instance to finish (default {self.lock_wait})",
         )  # fmt: skip
         group.add_argument(
-            "--lock-timeout", type=_seconds, default=None, metavar="SECONDS",
+            "--lock-timeout", type=_lease_seconds, default=None, metavar="SECONDS",
             help="a fixed lease in seconds instead of a renewed one",
         )  # fmt: skip
         return parser

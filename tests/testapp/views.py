@@ -1,5 +1,6 @@
 """Views guarded by @prevent_double_submit, instrumented for the tests."""
 
+import secrets
 import threading
 from collections import Counter
 
@@ -49,6 +50,28 @@ def payment(request):
     ran("payment")
     gate.wait(30)
     return JsonResponse({"paid": request.POST.get("amount")}, status=201)
+
+
+@csrf_exempt
+@prevent_double_submit(BY_HEADER, idempotency_header="Idempotency-Key")
+def report(request):
+    """A large response (``size`` bytes of it), replayable to an Idempotency-Key's retries."""
+    ran("report")
+    return HttpResponse(b"r" * int(request.POST.get("size", "60000")))
+
+
+@csrf_exempt
+@prevent_double_submit(idempotency_header="Idempotency-Key")  # the user, else the IP
+def anonymous_payment(request):
+    ran("anonymous_payment")
+    return HttpResponse(f"receipt for {request.POST.get('payer')}: {secrets.token_hex(8)}")
+
+
+@csrf_exempt
+@prevent_double_submit("session", idempotency_header="Idempotency-Key")
+def session_payment(request):
+    ran("session_payment")
+    return HttpResponse(f"receipt for {request.POST.get('payer')}: {secrets.token_hex(8)}")
 
 
 @prevent_double_submit(BY_HEADER, wait=10)

@@ -66,7 +66,8 @@ class Command(BaseCommand):
             self.stdout.write(_json([info.as_dict() for info in locks]))
             return
         rows = [
-            (info.name, info.label or "", info.holder, _age(info), f"{info.ttl:.1f}s",
+            (info.name, info.label or "", info.holder, _age(info),
+             f"{info.ttl:.1f}s" if info.expires else "never",
              str(info.fencing_token or ""))
             for info in locks
         ]  # fmt: skip
@@ -77,6 +78,8 @@ class Command(BaseCommand):
             self.stdout.write("  ".join(cells).rstrip())
         if not rows:
             self.stderr.write("No locks are held.")
+        for warning in registry.eviction_warnings():
+            self.stderr.write(f"Warning: {warning}")
 
     def _show(self, *, name: str, as_json: bool, **options: Any) -> None:
         info = self._held(name)
@@ -97,7 +100,11 @@ class Command(BaseCommand):
                     raise CommandError("Not released: confirm with --yes (no terminal to ask).")
                 if input(question).strip().lower() not in {"y", "yes"}:
                     raise CommandError("Not released.")
-        if not registry.force_release(name, token, by="manage.py redis_locks"):
+        try:
+            released = registry.force_release(name, token, by="manage.py redis_locks")
+        except ValueError as exc:  # not a lock: nothing was deleted
+            raise CommandError(f"Not released: {exc}") from None
+        if not released:
             raise CommandError(
                 f"Not released: {name!r} is no longer held with token {token} (it was released "
                 "or changed hands). Nothing was deleted."

@@ -1,0 +1,65 @@
+"""Durations: the one rule every number of seconds we are given must follow.
+
+Leases, extensions, renewals, waits, and the times results are kept (``hold``,
+``idempotency_ttl``, ``run_once(ttl=...)``) are all checked here, before Redis is touched, so
+that a duration Redis would refuse can never leave a half-written key behind:
+
+- a number (``int`` or ``float``; ``True`` is not one second, and ``"30"`` is not a number);
+- at most :data:`MAX_SECONDS` (a year): far beyond any lease or replay window, far below
+  what a Redis expiry or a Lua number can hold exactly;
+- a duration that becomes a key's expiry is at least :data:`MIN_SECONDS` (1 ms, the unit
+  Redis keeps it in), and is sent rounded to the nearest millisecond;
+- a wait may be ``0`` (do not wait) and, where allowed, ``float("inf")`` (wait for ever).
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Any, cast
+
+__all__ = ["MAX_SECONDS", "MIN_SECONDS", "clock_allowance", "milliseconds", "seconds"]
+
+MAX_SECONDS = 365 * 24 * 3600
+MIN_SECONDS = 0.001
+
+
+def seconds(value: Any, what: str, *, wait: bool = False, allow_inf: bool = False) -> float:
+    """``value`` as a checked number of seconds, or ``TypeError`` / ``ValueError`` naming
+    ``what``. A ``wait`` may be zero (and any fraction of a millisecond); anything else is an
+    expiry, at least :data:`MIN_SECONDS`. ``allow_inf`` admits ``float("inf")``."""
+    # bool is an int subclass: a duration of True is a mistake, not one second.
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}.")
+    value = cast(float, value)  # a Real: int, float, Fraction, numpy's floats...
+    if value != value:  # NaN, also for Real types that math.isnan cannot take
+        raise ValueError(f"{what} must be a number of seconds, not NaN.")
+    if value == math.inf and allow_inf:
+        return math.inf
+    # Compared before float(): float(10**400) raises OverflowError, not a useful message.
+    if value > MAX_SECONDS:
+        raise ValueError(
+            f"{what} must be at most {MAX_SECONDS} seconds (a year), not {value!r}"
+            + (", or float('inf') to wait for ever." if allow_inf else ".")
+        )
+    if value < 0 or (value == 0 and not wait):
+        bound = "zero or more" if wait else "more than zero"
+        raise ValueError(f"{what} must be {bound} seconds, not {value!r}.")
+    if not wait and value < MIN_SECONDS:
+        raise ValueError(
+            f"{what} must be at least {MIN_SECONDS} seconds (1 ms, the unit Redis keeps "
+            f"expiries in), not {value!r}."
+        )
+    return float(value)
+
+
+def milliseconds(checked: float) -> int:
+    """A duration checked by :func:`seconds` as Redis takes it: whole milliseconds."""
+    return max(1, round(checked * 1000))
+
+
+def clock_allowance(lease: float) -> float:
+    """How much sooner than ``lease`` seconds after a request we count a lease as ended: the
+    Redis server's clock may run a little faster than ours (Redlock's 1 %, plus 2 ms for the
+    time we take to act on an answer)."""
+    return lease * 0.01 + 0.002

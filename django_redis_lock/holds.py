@@ -1,0 +1,149 @@
+"""Who holds what in this process: an acquisition belongs to one owner and one process.
+
+The owner is the asyncio task running the code, else the thread. A hold never crosses a
+``fork()``: the child inherits the parent's memory, holds included, but not the right to
+release or renew them (the parent is still inside its critical section), so a hold carries the
+pid that took it and is ignored elsewhere. Nor does it outlive its owner: the watchdog asks
+:class:`HoldWatch` whether anyone can still release a lease before renewing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .renewal import RenewedLease
+
+__all__ = [
+    "Hold",
+    "HoldWatch",
+    "current_owner",
+    "owner_description",
+    "reentrant_tokens",
+]
+
+# This process' pid, kept up to date across fork() rather than asked of the kernel on every
+# acquire and release.
+_pid = os.getpid()
+
+
+def current_owner() -> object:
+    """The asyncio task running this code, else the current thread: who holds an acquisition."""
+    # _get_running_loop, not current_task(): outside a loop that raises, and raising on every
+    # sync acquire and release is a measurable share of their cost.
+    loop = asyncio._get_running_loop()
+    task = asyncio.current_task(loop) if loop is not None else None
+    return task if task is not None else threading.current_thread()
+
+
+def owner_description(owner: object) -> dict[str, str]:
+    """How an owner is named in the lock's owner record."""
+    if isinstance(owner, asyncio.Task):
+        return {"thread": threading.current_thread().name, "task": owner.get_name()}
+    return {"thread": getattr(owner, "name", str(owner))}
+
+
+@dataclass(eq=False)
+class Hold:
+    """One owner's acquisition through one Lock object, in the process that made it."""
+
+    token: str
+    fence: int | None
+    acquired_at: float  # monotonic
+    lease_ends_at: float  # monotonic: when the lease ends unless extended, as far as we know
+    count: int = 1
+    renewal: RenewedLease | None = None
+    lost_reason: str | None = None
+    # When a release of the last level was first tried (monotonic), until it completes: a
+    # retried release that finds the lease gone knows whether the first one got through.
+    releasing_since: float | None = None
+    release_nonce: str = ""  # makes a retried release of one re-entrant level idempotent
+    pid: int = field(default_factory=lambda: _pid)
+
+    @property
+    def here(self) -> bool:
+        """False in a forked child: the hold is the parent's."""
+        return self.pid == _pid
+
+    def ends_at(self) -> float:
+        """When the lease ends (monotonic), by the latest renewal or extension we know of."""
+        return self.renewal.expires_at if self.renewal is not None else self.lease_ends_at
+
+
+class HoldWatch:
+    """What the watchdog needs of a hold, without keeping its Lock object or its owner alive:
+    whom to tell when the lease is lost, and whether anyone can still release it."""
+
+    def __init__(
+        self, hold: Hold, owner: object, report_lost: Callable[[Hold, str], None]
+    ) -> None:
+        self._hold = hold
+        self._report_lost = weakref.WeakMethod(report_lost)
+        self._owner = weakref.ref(owner)
+        kind = "task" if isinstance(owner, asyncio.Task) else "thread"
+        self._owner_name = f"the {kind} {owner_description(owner).get(kind, '?')!r}"
+
+    def lost(self, reason: str) -> None:
+        report = self._report_lost()
+        if report is not None:
+            report(self._hold, reason)
+
+    def abandoned(self) -> str | None:
+        """Why nobody can release this hold any more (None: someone still may)."""
+        if self._report_lost() is None:
+            return "its Lock object was garbage-collected"
+        owner: Any = self._owner()
+        if owner is None:
+            ended = True
+        elif isinstance(owner, asyncio.Task):
+            ended = owner.done()
+        else:
+            ended = isinstance(owner, threading.Thread) and not owner.is_alive()
+        return f"{self._owner_name}, which took it, has ended" if ended else None
+
+
+class ReentrantTokens:
+    """Which token each thread / task holds a re-entrant lock with, across Lock objects, so
+    that ``obj.lock()`` called again deeper in the same call stack re-enters the hold."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens: weakref.WeakKeyDictionary[object, dict[str, str]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self, owner: object, key: str) -> str | None:
+        with self._lock:
+            return self._tokens.get(owner, {}).get(key)
+
+    def set(self, owner: object, key: str, token: str) -> None:
+        with self._lock:
+            self._tokens.setdefault(owner, {})[key] = token
+
+    def forget(self, owner: object, key: str, token: str) -> None:
+        with self._lock:
+            held = self._tokens.get(owner, {})
+            if held.get(key) == token:
+                del held[key]
+
+
+reentrant_tokens = ReentrantTokens()
+
+
+def _after_fork_in_child() -> None:
+    global _pid
+    _pid = os.getpid()
+    # The parent's tokens: re-entering with one would join the parent's hold.
+    reentrant_tokens.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,76 @@
+"""Budgets for the responses ``@prevent_double_submit`` keeps, so that no client fills Redis.
+
+A finished submission's response is kept in Redis for its duplicates (``hold`` seconds, or
+``idempotency_ttl`` for an ``Idempotency-Key``). Before a response body is kept, its size is
+charged against two budgets: the client's (``DJANGO_REDIS_LOCK_REPLAY_CLIENT_MAX_BYTES``) and
+everyone's (``DJANGO_REDIS_LOCK_REPLAY_TOTAL_MAX_BYTES``). A body that does not fit is not
+kept: its duplicates get 409 instead of the replay, and are still never run twice.
+
+Each budget is a fixed window as long as the time the responses are kept (one window per keep
+time), so the bodies kept for one keep time never exceed twice the budget: those of the window
+now and of the one before, which are still running out. Why it matters beyond memory: with
+``maxmemory-policy noeviction`` (what locks need, see docs/deployment.md) a full Redis refuses
+new leases, so unbounded replays could stop every lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+from redis.exceptions import RedisError
+
+from .conf import lock_settings
+from .connection import LockAlias, lock_client
+from .keys import replay_budget_key
+from .quorum import QuorumClient
+from .scripts import DURATION_CHECK, Script
+
+__all__ = ["charge"]
+
+logger = logging.getLogger("django_redis_lock")
+
+# KEYS: the budget of one window (a hash: 'total', and the bytes kept per client)
+# ARGV: client, bytes, client_limit, total_limit, window_ms
+# Returns 1 when charged, 0 when the client's budget is spent, -1 when the total is.
+CHARGE = Script(
+    "charge_replay",
+    DURATION_CHECK
+    + """
+local window, bytes = duration(ARGV[5]), tonumber(ARGV[2])
+if tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') + bytes > tonumber(ARGV[3]) then
+  return 0
+end
+if tonumber(redis.call('HGET', KEYS[1], 'total') or '0') + bytes > tonumber(ARGV[4]) then
+  return -1
+end
+redis.call('HINCRBY', KEYS[1], ARGV[1], bytes)
+if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], window) end
+redis.call('HINCRBY', KEYS[1], 'total', bytes)
+return 1
+""",
+)
+
+_REFUSALS = {0: "the client's budget", -1: "the total budget"}
+
+
+def charge(alias: LockAlias, client: str, size: int, window_ms: int) -> str | None:
+    """Count ``size`` bytes kept for ``client`` (its identity: hashed here) for ``window_ms``.
+    Returns None when they fit, else why not (then they must not be kept)."""
+    client_limit = lock_settings.REPLAY_CLIENT_MAX_BYTES
+    total_limit = lock_settings.REPLAY_TOTAL_MAX_BYTES
+    if size > min(client_limit, total_limit):
+        return _REFUSALS[0] if client_limit < total_limit else _REFUSALS[-1]
+    field = hashlib.sha256(client.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    target = lock_client(alias)
+    # A quorum's servers each keep the responses: the first that answers keeps the count.
+    servers = target.clients if isinstance(target, QuorumClient) else (target,)
+    args = [field, size, client_limit, total_limit, window_ms]
+    for server in servers:
+        try:
+            answer = int(CHARGE(server, [replay_budget_key(alias, window_ms)], args))
+        except RedisError as exc:
+            logger.debug("Could not count a kept response against its budget: %s", exc)
+            continue
+        return _REFUSALS.get(answer)
+    return "Redis could not be reached to count it"
