@@ -5,8 +5,9 @@
 Calls a small form view directly (a RequestFactory POST, so no middleware or HTTP in the way;
 each request object is used once, so request.POST is parsed once per request in both cases),
 undecorated and decorated, and reports the median and p99 per call, the decorator's added time,
-and that minus two PING round trips (an acquire and a release are two round trips). Target: at
-most two round trips plus 50 us. Written to ``benchmarks/results-views.md``.
+and that minus the PING round trips it makes (three for a new submission whose response is kept
+for replay: the acquire, the count against the replay budget, the release). Target: at most
+those round trips plus 50 us. Written to ``benchmarks/results-views.md``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def setup(url: str) -> None:
 
 
 urlpatterns: list = []
+
+# A new submission whose response is kept: acquire, count it against the replay budget, release.
+ROUND_TRIPS = 3
 
 
 def timed(call: Callable[[int], object], count: int) -> list[float]:
@@ -80,13 +84,17 @@ def main(argv: list[str] | None = None) -> int:
             # (Django parses it once per request either way).
             return HttpResponse(f"ordered {request.POST['item']}")
 
-        guarded = prevent_double_submit("ip")(view)
+        # A client told apart by a header: its responses are replayed (an IP address alone is
+        # never replayed to, since several people may share it).
+        guarded = prevent_double_submit("header:X-Client")(view)
         factory = RequestFactory()
         # Built beforehand: request construction is not what is measured.
         form = "application/x-www-form-urlencoded"  # what a browser form sends
 
         def request(item: str):
-            return factory.post("/order/", f"item={item}", content_type=form)
+            return factory.post(
+                "/order/", f"item={item}", content_type=form, HTTP_X_CLIENT="bench"
+            )
 
         fresh = [request(str(i)) for i in range(-200, options.requests)]
         same = request("same")
@@ -108,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     rtt = medians["PING round trip"][0]
     bare = medians["view, undecorated"][0]
     added = medians["view, decorated: a new submission"][0] - bare
-    beyond = added - 2 * rtt
+    beyond = added - ROUND_TRIPS * rtt
     lines = [
         "# @prevent_double_submit: added latency per request",
         "",
@@ -122,13 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         *(f"| {name} | {med:.1f} | {p99:.1f} |" for name, (med, p99) in medians.items()),
         "",
         f"- added by the decorator to a new submission: **{added:.1f} us** (median), "
-        f"of which two round trips are {2 * rtt:.1f} us",
-        f"- beyond two round trips: **{beyond:.1f} us** (target: at most 50 us): "
+        f"of which {ROUND_TRIPS} round trips are {ROUND_TRIPS * rtt:.1f} us",
+        f"- beyond {ROUND_TRIPS} round trips: **{beyond:.1f} us** (target: at most 50 us): "
         + ("met" if beyond <= 50 else "missed"),
         "",
-        "A new submission costs an acquire and a release (which also stores the response for",
-        "duplicates); a duplicate inside the hold window costs one acquire, which returns the",
-        "stored response.",
+        "A new submission costs an acquire, a count of its response against the replay budget,",
+        "and a release (which also stores the response for duplicates); a duplicate inside the",
+        "hold window costs one acquire, which returns the stored response.",
     ]
     text = "\n".join(lines) + "\n"
     options.output.write_text(text)

@@ -253,8 +253,7 @@ class _SubmissionGuard:
             if refused is None:
                 return record
             logger.warning(
-                "Not keeping the response of %s for replay: %s is spent (see "
-                "DJANGO_REDIS_LOCK_REPLAY_CLIENT_MAX_BYTES); its duplicates get 409.",
+                "Not keeping the response of %s for replay: %s. Its duplicates get 409.",
                 self.group, refused,
             )  # fmt: skip
             finished = finished.without_body()

@@ -14,7 +14,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,12 +25,13 @@ __all__ = [
     "HoldWatch",
     "current_owner",
     "owner_description",
+    "pid",
     "reentrant_tokens",
 ]
 
-# This process' pid, kept up to date across fork() rather than asked of the kernel on every
-# acquire and release.
-_pid = os.getpid()
+#: This process' pid, kept up to date across fork() rather than asked of the kernel on every
+#: acquire and release: a hold whose ``pid`` differs is a forked child's copy of its parent's.
+pid = os.getpid()
 
 
 def current_owner() -> object:
@@ -51,25 +52,22 @@ def owner_description(owner: object) -> dict[str, str]:
 
 @dataclass(eq=False)
 class Hold:
-    """One owner's acquisition through one Lock object, in the process that made it."""
+    """One owner's acquisition through one Lock object, in the process ``pid`` that made it."""
 
     token: str
     fence: int | None
     acquired_at: float  # monotonic
     lease_ends_at: float  # monotonic: when the lease ends unless extended, as far as we know
+    pid: int
     count: int = 1
     renewal: RenewedLease | None = None
     lost_reason: str | None = None
     # When a release of the last level was first tried (monotonic), until it completes: a
     # retried release that finds the lease gone knows whether the first one got through.
     releasing_since: float | None = None
-    release_nonce: str = ""  # makes a retried release of one re-entrant level idempotent
-    pid: int = field(default_factory=lambda: _pid)
-
-    @property
-    def here(self) -> bool:
-        """False in a forked child: the hold is the parent's."""
-        return self.pid == _pid
+    # "0" for a lock that is not re-entrant; else one per release of a level, the same for
+    # its retries, so that a retry whose first try got through does not take a second level.
+    release_nonce: str = "0"
 
     def ends_at(self) -> float:
         """When the lease ends (monotonic), by the latest renewal or extension we know of."""
@@ -140,8 +138,8 @@ reentrant_tokens = ReentrantTokens()
 
 
 def _after_fork_in_child() -> None:
-    global _pid
-    _pid = os.getpid()
+    global pid
+    pid = os.getpid()
     # The parent's tokens: re-entering with one would join the parent's hold.
     reentrant_tokens.clear()
 

@@ -38,7 +38,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import durations, signals
+from . import durations, holds, signals
 from .conf import lock_settings
 from .connection import LockAlias, async_lock_client, lock_client
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
@@ -140,6 +140,7 @@ class _Acquisition:
     fresh: bool  # a new token: not a re-entry into a hold this owner has already
     token: str
     lease: float
+    lease_ms: int
     renew: bool
     record: str
     nonce: str
@@ -148,6 +149,7 @@ class _Acquisition:
     deadline: float
     mode: int = _TRY
     sent_at: float = 0.0  # when the latest ACQUIRE went out: a lease it granted ends after
+    reply_budget: float | None = None  # how long it may go unanswered (_attempt_args)
     queued: bool = False
     stale_wake: bool = False  # a block timed out: a late wake-up may be waiting in Redis
     wait_hint: float = 0.0
@@ -272,12 +274,12 @@ class Lock:
         # the parent is still inside its critical section, so the child must not release
         # or renew its lease, nor re-enter it.
         hold = self._holds.get(owner)
-        return hold if hold is None or hold.here else None
+        return hold if hold is None or hold.pid == holds.pid else None
 
     def _inherited(self, owner: object) -> bool:
         """Whether ``owner``'s hold is one a forked child inherited from its parent."""
         hold = self._holds.get(owner)
-        return hold is not None and not hold.here
+        return hold is not None and hold.pid != holds.pid
 
     def _resolve(self) -> _Resolved:
         # Settings are read once, when the Lock is first used (then they are fixed for it).
@@ -352,6 +354,7 @@ class Lock:
             fresh=token is None,
             token=token or secrets.token_hex(16),
             lease=lease,
+            lease_ms=durations.milliseconds(lease),
             renew=renew,
             record=self._owner_record(owner, lease),
             nonce=secrets.token_hex(8) if self._reentrant else "",
@@ -379,8 +382,11 @@ class Lock:
         if ctx.want_result:
             flags += "d"
         liveness = min(max(remaining, 0), _BLOCK_CAP) + _LIVENESS_SLACK
-        lease_ms = durations.milliseconds(ctx.lease)
-        return [ctx.token, lease_ms, ctx.record, mode, flags, int(liveness * 1000), ctx.nonce]
+        # How long this request may go unanswered before the acquisition gives up: the wait
+        # left, but at least _REPLY_FLOOR (None: for ever, and the socket timeout decides). So
+        # acquire(wait=1) against a stalled Redis raises after about a second.
+        ctx.reply_budget = None if remaining == math.inf else max(remaining, _REPLY_FLOOR)
+        return [ctx.token, ctx.lease_ms, ctx.record, mode, flags, int(liveness * 1000), ctx.nonce]
 
     @staticmethod
     def _replicas(client: Any) -> tuple[int, int]:
@@ -446,15 +452,6 @@ class Lock:
         return None
 
     @staticmethod
-    def _reply_budget(ctx: _Acquisition) -> float | None:
-        """How long the next ACQUIRE may go unanswered before the acquisition gives up: the
-        wait left, but at least _REPLY_FLOOR (None: wait for ever, the socket timeout
-        decides). So `acquire(wait=1)` against a stalled Redis raises after about a second,
-        not after the socket timeout."""
-        remaining = ctx.deadline - time.monotonic()
-        return None if remaining == math.inf else max(remaining, _REPLY_FLOOR)
-
-    @staticmethod
     def _block(ctx: _Acquisition) -> tuple[float, bool]:
         """How long to block for a wake-up, and whether that time must be kept exactly (it
         ends the wait, or the holder's lease) rather than only roughly (a periodic re-check)."""
@@ -477,7 +474,7 @@ class Lock:
                 hold.count += 1
                 hold.lease_ends_at = max(hold.lease_ends_at, ends_at)
             else:
-                hold = Hold(token, fence if self._fencing else None, now, ends_at)
+                hold = Hold(token, fence if self._fencing else None, now, ends_at, holds.pid)
                 if renew:
                     # Weakly: a lease nobody can release any more is not renewed for ever.
                     watch = HoldWatch(hold, owner, self._report_lost)
@@ -524,7 +521,7 @@ class Lock:
     def _released(
         self, owner: object, keys: LockKeys, hold: Hold, remaining: int, *, retried: bool
     ) -> None:
-        hold.releasing_since, releasing_since = None, hold.releasing_since
+        releasing_since, hold.releasing_since = hold.releasing_since, None
         if remaining < 0 and retried and hold.count <= 1 and releasing_since is not None:
             lease = self._lease()[0]
             if releasing_since < hold.ends_at() - durations.clock_allowance(lease):
@@ -622,9 +619,8 @@ class Lock:
                         raise self._unconfirmed(acknowledged, replicas)
                 else:
                     args = self._attempt_args(ctx)
-                    result = ACQUIRE(
-                        client, [ctx.keys.lease], args, reply_timeout=self._reply_budget(ctx)
-                    )
+                    budget = ctx.reply_budget
+                    result = ACQUIRE(client, [ctx.keys.lease], args, reply_timeout=budget)
                 outcome = self._step(ctx, result)
                 if outcome is not None:
                     return outcome
@@ -814,7 +810,7 @@ class Lock:
                     args = self._attempt_args(ctx)
                     try:
                         result = await ACQUIRE.acall(
-                            client, [ctx.keys.lease], args, reply_timeout=self._reply_budget(ctx)
+                            client, [ctx.keys.lease], args, reply_timeout=ctx.reply_budget
                         )
                     except asyncio.CancelledError:
                         await self._give_back(client, ctx)

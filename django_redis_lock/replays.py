@@ -51,7 +51,10 @@ return 1
 """,
 )
 
-_REFUSALS = {0: "the client's budget", -1: "the total budget"}
+_REFUSALS = {
+    0: "the client's budget (DJANGO_REDIS_LOCK_REPLAY_CLIENT_MAX_BYTES) is spent",
+    -1: "the total budget (DJANGO_REDIS_LOCK_REPLAY_TOTAL_MAX_BYTES) is spent",
+}
 
 
 def charge(alias: LockAlias, client: str, size: int, window_ms: int) -> str | None:
@@ -60,7 +63,7 @@ def charge(alias: LockAlias, client: str, size: int, window_ms: int) -> str | No
     client_limit = lock_settings.REPLAY_CLIENT_MAX_BYTES
     total_limit = lock_settings.REPLAY_TOTAL_MAX_BYTES
     if size > min(client_limit, total_limit):
-        return _REFUSALS[0] if client_limit < total_limit else _REFUSALS[-1]
+        return _REFUSALS[0] if client_limit <= total_limit else _REFUSALS[-1]
     field = hashlib.sha256(client.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     target = lock_client(alias)
     # A quorum's servers each keep the responses: the first that answers keeps the count.
@@ -73,4 +76,4 @@ def charge(alias: LockAlias, client: str, size: int, window_ms: int) -> str | No
             logger.debug("Could not count a kept response against its budget: %s", exc)
             continue
         return _REFUSALS.get(answer)
-    return "Redis could not be reached to count it"
+    return "Redis could not be reached to count it against its budget"

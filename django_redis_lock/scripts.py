@@ -114,9 +114,7 @@ async def _aborrowed(client: Any) -> AsyncIterator[Any]:
 
 def _sooner(reply_timeout: float | None, socket_timeout: float | None) -> bool:
     """Whether ``reply_timeout`` cuts a wait for a reply shorter than the socket timeout."""
-    if reply_timeout is None:
-        return False
-    return socket_timeout is None or reply_timeout < socket_timeout
+    return reply_timeout is not None and (socket_timeout is None or reply_timeout < socket_timeout)
 
 
 def _no_reply(reply_timeout: float) -> RedisTimeoutError:
@@ -146,7 +144,10 @@ def execute(client: Any, *args: Any, reply_timeout: float | None = None) -> Any:
         return client.execute_command(*args, target_nodes=client.get_node_from_key(key))
     with _borrowed(client) as connection:
         connection.send_packed_command([_pack(args)])
-        sooner = _sooner(reply_timeout, connection.socket_timeout)
+        # _sooner() inline: this runs on every lock command.
+        sooner = reply_timeout is not None and (
+            connection.socket_timeout is None or reply_timeout < connection.socket_timeout
+        )
         if sooner and not connection.can_read(timeout=reply_timeout):
             raise _no_reply(cast(float, reply_timeout))
         return connection.read_response()

@@ -53,3 +53,18 @@ def keys_without_ttl(client, exempt=()) -> list:
         for key in client.scan_iter(match="*{*}*", count=1000)
         if key not in exempt and client.pttl(key) == -1
     )
+
+
+def run_async(coroutine):
+    """asyncio.run, closing our connections before the loop goes away."""
+    import asyncio
+
+    from django_redis_lock import aclose_async_redis_clients
+
+    async def main():
+        try:
+            return await coroutine
+        finally:
+            await aclose_async_redis_clients()
+
+    return asyncio.run(main())

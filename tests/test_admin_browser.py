@@ -87,3 +87,63 @@ def test_operator_releases_a_stuck_lock_in_the_browser(live_server, tmp_path, mo
     if keep:
         shutil.copy(screenshot, Path(keep) / "admin-locks.png")
         shutil.copy(dark, Path(keep) / "admin-locks-dark.png")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operator_is_told_what_is_wrong_in_the_browser(
+    live_server, tmp_path, monkeypatch, settings, redis_server_factory
+):
+    """An evicting Redis, a key that never expires, a key that is not a lock, a Redis that
+    went away: each is a message on the page, never a server error."""
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("No Chromium found: `apt install chromium`, or set CHROMIUM=/path/to/it.")
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    import redis
+
+    from tests.conftest import django_redis_caches
+
+    server = redis_server_factory(
+        args=["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]
+    )
+    settings.CACHES = django_redis_caches(server.url)
+    client = redis.Redis.from_url(server.url)
+    client.hset(
+        "lock:{eternal}", mapping={"token": "t", "owner": '{"name": "eternal"}', "since": 1}
+    )
+    client.set("lock:{weird}", "someone else's value")
+    User.objects.create_superuser("operator", password="operator-password")
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    shots = []
+
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        page.goto(f"{live_server.url}/admin/login/?next=/admin/django_redis_lock/lock/")
+        page.fill("#id_username", "operator")
+        page.fill("#id_password", "operator-password")
+        page.click("input[type=submit]")
+        page.wait_for_selector("#result_list")
+        assert page.is_visible("text=may evict lock keys")
+        assert page.is_visible("text=never expires")
+        shots.append(tmp_path / "admin-warnings.png")
+        page.screenshot(path=str(shots[-1]), full_page=True)
+
+        page.goto(f"{live_server.url}/admin/django_redis_lock/lock/release/?lock=t:weird")
+        page.click("input[value='Yes, release']")
+        page.wait_for_selector("ul.messagelist")
+        assert page.is_visible("text=is not a lock")
+        shots.append(tmp_path / "admin-not-a-lock.png")
+        page.screenshot(path=str(shots[-1]), full_page=True)
+
+        server.stop()
+        page.goto(f"{live_server.url}/admin/django_redis_lock/lock/show/?name=eternal")
+        assert page.is_visible("text=Redis could not be reached")
+        shots.append(tmp_path / "admin-redis-down.png")
+        page.screenshot(path=str(shots[-1]), full_page=True)
+        browser.close()
+
+    keep = os.environ.get("DJANGO_REDIS_LOCK_SCREENSHOT_DIR")
+    if keep:
+        for shot in shots:
+            shutil.copy(shot, Path(keep) / shot.name)

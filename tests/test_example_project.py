@@ -217,12 +217,13 @@ def test_demo_double_click_makes_one_order(run_demo):
         )  # fmt: skip
         try:
             with opener.open(request, timeout=30) as response:
-                return response.status
+                return response.status, response.headers.get("Idempotent-Replayed")
         except urllib.error.HTTPError as error:
-            return error.code
+            return error.code, None
 
     with ThreadPoolExecutor(2) as pool:
-        statuses = sorted(pool.map(lambda _: order(), range(2)))
+        statuses = sorted(status for status, _ in pool.map(lambda _: order(), range(2)))
     assert statuses == [201, 409]
+    assert order() == (201, "true")  # this browser's session: its first response, replayed
     _, page = demo.get("shop/")
     assert 'id="order-count">1<' in page

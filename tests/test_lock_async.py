@@ -8,20 +8,9 @@ import time
 
 import pytest
 
-from django_redis_lock import Lock, LockNotAcquired, LockNotOwned, aclose_async_redis_clients
+from django_redis_lock import Lock, LockNotAcquired, LockNotOwned
 from django_redis_lock.keys import lock_keys
-
-
-def run(coroutine):
-    """asyncio.run, closing our connections before the loop goes away."""
-
-    async def main():
-        try:
-            return await coroutine
-        finally:
-            await aclose_async_redis_clients()
-
-    return asyncio.run(main())
+from tests.helpers import run_async as run
 
 
 def test_async_with(redis_client):

@@ -21,12 +21,12 @@ from django_redis_lock import (
     Lock,
     LockBackendError,
     LockNotOwned,
-    aclose_async_redis_clients,
     lock_lost,
     lock_released,
 )
 from django_redis_lock.keys import lock_keys
 from tests.conftest import django_redis_caches
+from tests.helpers import run_async as run
 from tests.helpers import wait_until
 from tests.proxy import DROP_REPLIES, PASS, RESET_ON_REPLY
 
@@ -154,16 +154,6 @@ async def until(predicate, timeout=10):
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.01)
-
-
-def run(coroutine):
-    async def main():
-        try:
-            return await coroutine
-        finally:
-            await aclose_async_redis_clients()
-
-    return asyncio.run(main())
 
 
 def test_a_release_cancelled_after_it_was_sent_leaves_a_consistent_lock(

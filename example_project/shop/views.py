@@ -9,6 +9,10 @@ from .models import Order, Product, SoldOut
 
 
 def shop(request):
+    if not request.session.session_key:
+        # A session tells this browser apart from others behind the same IP address, so
+        # that @prevent_double_submit may replay its first response to its duplicates.
+        request.session.save()
     product = Product.objects.first() or Product.objects.create(name="Django mug", stock=100)
     context = {
         "product": product,
@@ -19,7 +23,7 @@ def shop(request):
     return render(request, "shop/shop.html", context)
 
 
-@prevent_double_submit()  # the user, else the IP; duplicates get 409 or the first response
+@prevent_double_submit("session")  # duplicates get 409, or the first response replayed
 def checkout(request):
     time.sleep(0.5)  # a slow payment provider: plenty of time for a double click
     product = Product.objects.get(pk=request.POST["product"])
