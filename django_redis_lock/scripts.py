@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
+import inspect
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, cast
 
@@ -117,6 +119,25 @@ def _sooner(reply_timeout: float | None, socket_timeout: float | None) -> bool:
     return reply_timeout is not None and (socket_timeout is None or reply_timeout < socket_timeout)
 
 
+def _socket_timeout(pool: Any) -> float | None:
+    """The socket timeout a pool's connections get: configured, or their class's default."""
+    kwargs = pool.connection_kwargs
+    if "socket_timeout" in kwargs:
+        return cast("float | None", kwargs["socket_timeout"])
+    return _default_socket_timeout(pool.connection_class)
+
+
+@functools.cache
+def _default_socket_timeout(connection_class: type) -> float | None:
+    # redis-py 8.1 gives connections a 5 s default; earlier versions none (None).
+    for klass in connection_class.__mro__:
+        init = klass.__dict__.get("__init__")
+        parameter = inspect.signature(init).parameters.get("socket_timeout") if init else None
+        if parameter is not None and parameter.default is not inspect.Parameter.empty:
+            return cast("float | None", parameter.default)
+    return None
+
+
 def _no_reply(reply_timeout: float) -> RedisTimeoutError:
     return RedisTimeoutError(f"Redis did not answer within {reply_timeout:.3g}s")
 
@@ -144,12 +165,12 @@ def execute(client: Any, *args: Any, reply_timeout: float | None = None) -> Any:
         return client.execute_command(*args, target_nodes=client.get_node_from_key(key))
     with _borrowed(client) as connection:
         connection.send_packed_command([_pack(args)])
-        # _sooner() inline: this runs on every lock command.
-        sooner = reply_timeout is not None and (
-            connection.socket_timeout is None or reply_timeout < connection.socket_timeout
-        )
-        if sooner and not connection.can_read(timeout=reply_timeout):
-            raise _no_reply(cast(float, reply_timeout))
+        if (
+            reply_timeout is not None
+            and _sooner(reply_timeout, connection.socket_timeout)
+            and not connection.can_read(timeout=reply_timeout)
+        ):
+            raise _no_reply(reply_timeout)
         return connection.read_response()
 
 
@@ -364,7 +385,7 @@ async def aexecute(client: Any, *args: Any, reply_timeout: float | None = None) 
         # client reads the slot map on first use, not when built.
         await client.initialize()
         return await client.execute_command(*args, target_nodes=client.get_node_from_key(key))
-    if not _sooner(reply_timeout, client.connection_pool.connection_kwargs.get("socket_timeout")):
+    if not _sooner(reply_timeout, _socket_timeout(client.connection_pool)):
         return await _aexecute_once(client, args)
     try:  # the whole exchange: a new connection's handshake waits for Redis too
         return await asyncio.wait_for(_aexecute_once(client, args), reply_timeout)
@@ -394,12 +415,15 @@ class Script:
         *,
         reply_timeout: float | None = None,
     ) -> Any:
-        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
         try:
-            return execute(client, *command, reply_timeout=reply_timeout)
+            return execute(
+                client, "EVALSHA", self.sha, len(keys), *keys, *args, reply_timeout=reply_timeout
+            )
         except NoScriptError:
             execute(client, "SCRIPT", "LOAD", self.source, reply_timeout=reply_timeout)
-            return execute(client, *command, reply_timeout=reply_timeout)
+            return execute(
+                client, "EVALSHA", self.sha, len(keys), *keys, *args, reply_timeout=reply_timeout
+            )
 
     def call_acknowledged(
         self, client: Any, keys: Sequence[str], args: Sequence[Any], replicas: int,

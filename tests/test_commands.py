@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -196,3 +197,16 @@ def test_cli_release_of_a_key_that_is_not_a_lock_deletes_nothing(redis_client, p
     with pytest.raises(CommandError, match="is not a lock"):
         call_command("redis_locks", "release", "weird", "--token", "some-token")
     assert redis_client.get("lock:{weird}") == b"x"
+
+
+def test_cli_list_warns_of_a_redis_that_may_evict_lock_keys(settings, redis_server_factory):
+    server = redis_server_factory(
+        args=["--maxmemory", "50mb", "--maxmemory-policy", "volatile-lru"]
+    )
+    settings.CACHES = django_redis_caches(server.url)
+    with Lock("listed", timeout=10):
+        out, err = io.StringIO(), io.StringIO()
+        call_command("redis_locks", "list", stdout=out, stderr=err)
+    assert "listed" in out.getvalue()
+    assert "may evict lock keys" in err.getvalue()
+    assert "volatile-lru" in err.getvalue()
