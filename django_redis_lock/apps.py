@@ -8,7 +8,8 @@ class DjangoRedisLockConfig(AppConfig):
     verbose_name = _("Redis locks")
 
     def ready(self) -> None:
-        from .checks import check_cache, check_settings
+        from .checks import check_cache, check_settings, check_socket_timeout
 
         checks.register(check_settings)
         checks.register(check_cache, checks.Tags.caches)
+        checks.register(check_socket_timeout, checks.Tags.caches, deploy=True)

@@ -11,6 +11,7 @@ django_redis_lock.E005     a setting has a value out of range (zero or negative 
 django_redis_lock.E006     ``CONNECTION_FACTORY`` cannot be imported or is not callable
 django_redis_lock.E007     a ``QUORUMS`` name is also a cache alias (which one would it mean?)
 django_redis_lock.W001     an unknown ``DJANGO_REDIS_LOCK_*`` setting (a typo?)
+django_redis_lock.W002     (``--deploy``) a lock cache without a socket timeout
 =========================  =================================================================
 
 The words come from the same validation that runs when a setting is read (``conf.py``) and
@@ -29,9 +30,9 @@ from django.core.checks import CheckMessage, Error
 from django.core.checks import Warning as CheckWarning
 
 from .conf import PREFIX, SETTINGS, InvalidSetting, lock_settings
-from .connection import UnsupportedCache, cache_backend
+from .connection import CacheBackend, UnsupportedCache, cache_backend
 
-__all__ = ["check_cache", "check_settings"]
+__all__ = ["check_cache", "check_settings", "check_socket_timeout"]
 
 _SETTING_PROBLEM_IDS = {
     "type": "django_redis_lock.E004",
@@ -132,4 +133,41 @@ def check_cache(
                         id=exc.check_id,
                     )
                 )
+    return messages
+
+
+def check_socket_timeout(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``manage.py check --deploy``: every cache the locks use sets a socket timeout. Without
+    one, a Redis that stops answering holds up a release, an extension or a renewal for
+    redis-py's default (5 s from redis-py 8.1, for ever before); acquisitions are bounded by
+    their wait either way."""
+    try:
+        alias = lock_settings.CACHE_ALIAS
+        quorums = lock_settings.QUORUMS
+        factory = lock_settings.CONNECTION_FACTORY
+    except InvalidSetting:
+        return []  # check_settings reports it
+    if factory is not None:
+        return []  # the factory builds the client: its timeouts are not in settings
+    caches_setting = getattr(settings, "CACHES", {})
+    messages: list[CheckMessage] = []
+    for member in quorums.get(alias, (alias,)):
+        try:
+            backend = cache_backend(member)
+        except UnsupportedCache:
+            continue  # check_cache reports it
+        option = "SOCKET_TIMEOUT" if backend is CacheBackend.DJANGO_REDIS else "socket_timeout"
+        if caches_setting[member].get("OPTIONS", {}).get(option) is None:
+            messages.append(
+                CheckWarning(
+                    f"The cache {member!r}, which the locks use, sets no {option}: a Redis "
+                    "that stops answering holds up a lock's release, extension or renewal "
+                    "for redis-py's default (5 s from redis-py 8.1, for ever before).",
+                    hint=f"Set CACHES[{member!r}]['OPTIONS'][{option!r}], e.g. to 1 or 2 "
+                    "(seconds). See docs/deployment.md.",
+                    id="django_redis_lock.W002",
+                )
+            )
     return messages

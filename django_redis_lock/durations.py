@@ -39,18 +39,24 @@ def seconds(value: Any, what: str, *, wait: bool = False, allow_inf: bool = Fals
     # Compared before float(): float(10**400) raises OverflowError, not a useful message.
     if value > MAX_SECONDS:
         raise ValueError(
-            f"{what} must be at most {MAX_SECONDS} seconds (a year), not {value!r}"
+            f"{what} must be at most {MAX_SECONDS} seconds (a year), not {_shown(value)}"
             + (", or float('inf') to wait for ever." if allow_inf else ".")
         )
     if value < 0 or (value == 0 and not wait):
         bound = "zero or more" if wait else "more than zero"
-        raise ValueError(f"{what} must be {bound} seconds, not {value!r}.")
+        raise ValueError(f"{what} must be {bound} seconds, not {_shown(value)}.")
     if not wait and value < MIN_SECONDS:
         raise ValueError(
-            f"{what} must be at least {MIN_SECONDS} seconds (1 ms, the unit Redis keeps "
-            f"expiries in), not {value!r}."
+            f"{what} must be at least {MIN_SECONDS} seconds (1 ms, the smallest time Redis "
+            f"keeps), not {_shown(value)}."
         )
     return float(value)
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a message: 10**400 is not worth 401 digits."""
+    text = repr(value)
+    return text if len(text) <= 24 else f"{text[:10]}...({len(text)} characters)"
 
 
 def milliseconds(checked: float) -> int:

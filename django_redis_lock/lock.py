@@ -585,8 +585,10 @@ class Lock:
     def _held_or_raise(self, owner: object) -> Hold:
         hold = self._hold_of(owner)
         if hold is None:
+            forked = " (its parent process holds it, not this forked child)"
             raise LockNotOwned(
-                f"Lock {self._name!r} is not held by this thread/task through this Lock object.",
+                f"Lock {self._name!r} is not held by this thread/task through this Lock object"
+                f"{forked if self._inherited(owner) else ''}.",
                 name=self._name,
             )
         return hold
@@ -688,7 +690,10 @@ class Lock:
     def _extend_call(self, seconds: float | None) -> _Call:
         owner = current_owner()
         hold = self._held_or_raise(owner)
-        lease = self._lease()[0] if seconds is None else durations.seconds(seconds, "seconds")
+        if seconds is None:
+            lease = self._lease()[0]
+        else:
+            lease = durations.seconds(seconds, "extend(seconds)")
         alias, keys = self._alias_and_keys()
         started = time.monotonic()
 

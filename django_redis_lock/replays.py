@@ -63,7 +63,8 @@ def charge(alias: LockAlias, client: str, size: int, window_ms: int) -> str | No
     client_limit = lock_settings.REPLAY_CLIENT_MAX_BYTES
     total_limit = lock_settings.REPLAY_TOTAL_MAX_BYTES
     if size > min(client_limit, total_limit):
-        return _REFUSALS[0] if client_limit <= total_limit else _REFUSALS[-1]
+        budget = "client's" if client_limit <= total_limit else "total"
+        return f"it is larger than the whole {budget} budget ({min(client_limit, total_limit)} B)"
     field = hashlib.sha256(client.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     target = lock_client(alias)
     # A quorum's servers each keep the responses: the first that answers keeps the count.

@@ -234,3 +234,30 @@ def test_check_command_exits_non_zero_on_errors(settings):
     settings.DJANGO_REDIS_LOCK_TIMEOUT = -1
     with pytest.raises(SystemCheckError, match=r"django_redis_lock\.E005"):
         call_command("check")
+
+
+# -- deploy: W002 a lock cache without a socket timeout ---------------------------------------
+
+
+def deploy_ids():
+    return sorted(
+        m.id
+        for m in checks.run_checks(include_deployment_checks=True)
+        if m.id.startswith("django_redis_lock.")
+    )
+
+
+def test_deploy_check_warns_of_a_lock_cache_without_socket_timeout(settings, redis_url):
+    settings.CACHES = django_redis_caches(redis_url)
+    assert deploy_ids() == ["django_redis_lock.W002"]
+    assert our_ids() == []  # a deployment check only: runserver and tests stay quiet
+    settings.CACHES = django_redis_caches(redis_url, SOCKET_TIMEOUT=2)
+    assert deploy_ids() == []
+
+
+def test_deploy_check_reads_djangos_own_redis_cache_option(settings, redis_url):
+    cache = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis_url}
+    settings.CACHES = {"default": cache}
+    assert deploy_ids() == ["django_redis_lock.W002"]
+    settings.CACHES = {"default": {**cache, "OPTIONS": {"socket_timeout": 1}}}
+    assert deploy_ids() == []
