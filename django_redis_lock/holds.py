@@ -57,14 +57,17 @@ class Hold:
     token: str
     fence: int | None
     acquired_at: float  # monotonic
+    lease: float  # seconds: the latest length the lease was given
     lease_ends_at: float  # monotonic: when the lease ends unless extended, as far as we know
     pid: int
     count: int = 1
     renewal: RenewedLease | None = None
     lost_reason: str | None = None
-    # When a release of the last level was first tried (monotonic), until it completes: a
-    # retried release that finds the lease gone knows whether the first one got through.
+    # When a release was first tried (monotonic), until it completes; and whether a try that
+    # failed may have run in Redis all the same (sent, and its reply lost or cancelled): a
+    # retry that finds the lease gone knows whether it was our own release that got through.
     releasing_since: float | None = None
+    release_may_have_run: bool = False
     # "0" for a lock that is not re-entrant; else one per release of a level, the same for
     # its retries, so that a retry whose first try got through does not take a second level.
     release_nonce: str = "0"

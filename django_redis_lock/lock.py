@@ -56,6 +56,7 @@ from .scripts import (
     await_wake,
     drop_stale_connections,
     execute,
+    request_sent,
     wait_for_wake,
 )
 
@@ -138,6 +139,7 @@ class _Acquisition:
     alias: LockAlias
     keys: LockKeys
     fresh: bool  # a new token: not a re-entry into a hold this owner has already
+    give_back: tuple[Any, ...] | None  # sent after an ACQUIRE whose reply did not come
     token: str
     lease: float
     lease_ms: int
@@ -347,12 +349,18 @@ class Lock:
         if self._reentrant:
             token = hold.token if hold else reentrant_tokens.get(owner, keys.lease)
         started = time.monotonic()
+        fresh = token is None
+        token = token or secrets.token_hex(16)
         return _Acquisition(
             owner=owner,
             alias=alias,
             keys=keys,
-            fresh=token is None,
-            token=token or secrets.token_hex(16),
+            fresh=fresh,
+            # Redis may run an ACQUIRE whose reply we gave up on (too slow, cancelled): the
+            # lease it grants goes back, on the same connection so after it, instead of being
+            # held for a lease by nobody. (Not a re-entry's: its level is not told apart.)
+            give_back=RELEASE.command([keys.lease], [token, 0]) if fresh else None,
+            token=token,
             lease=lease,
             lease_ms=durations.milliseconds(lease),
             renew=renew,
@@ -474,7 +482,8 @@ class Lock:
                 hold.count += 1
                 hold.lease_ends_at = max(hold.lease_ends_at, ends_at)
             else:
-                hold = Hold(token, fence if self._fencing else None, now, ends_at, holds.pid)
+                fenced = fence if self._fencing else None
+                hold = Hold(token, fenced, now, lease, ends_at, holds.pid)
                 if renew:
                     # Weakly: a lease nobody can release any more is not renewed for ever.
                     watch = HoldWatch(hold, owner, self._report_lost)
@@ -519,17 +528,25 @@ class Lock:
         )
 
     def _released(
-        self, owner: object, keys: LockKeys, hold: Hold, remaining: int, *, retried: bool
+        self, owner: object, keys: LockKeys, hold: Hold, remaining: int, *, earlier_ran: bool
     ) -> None:
         releasing_since, hold.releasing_since = hold.releasing_since, None
-        if remaining < 0 and retried and hold.count <= 1 and releasing_since is not None:
-            lease = self._lease()[0]
-            if releasing_since < hold.ends_at() - durations.clock_allowance(lease):
-                # An earlier try's reply was lost. It was sent while the lease still ran: it
-                # went through, or the lease ended after the work under it had. Either way
-                # nobody overlapped us: a release, not a loss.
-                remaining = 0
-                logger.debug("Lock %r: the earlier try of this release got through", self._name)
+        hold.release_may_have_run = False
+        if (
+            remaining < 0
+            and earlier_ran
+            and hold.count <= 1
+            and hold.lost_reason is None
+            and releasing_since is not None
+            and releasing_since < hold.ends_at() - durations.clock_allowance(hold.lease)
+        ):
+            # An earlier try was sent while the lease still ran, and its reply was lost: it
+            # went through, or the lease ended after the work under it had, so nobody
+            # overlapped us. (Unless someone deleted the lease meanwhile and that try never
+            # reached Redis: a loss we cannot tell from a lost reply without a trace of every
+            # release, see docs/locks.md.)
+            remaining = 0
+            logger.debug("Lock %r: an earlier try of this release got through", self._name)
         if remaining < 0:
             self._forget(owner, keys, hold)
             self._report_lost(hold, "its lease had ended before it was released")
@@ -602,7 +619,21 @@ class Lock:
 
     def acquire(self, wait: float | None = None) -> bool:
         """Take the lock, waiting up to ``wait`` seconds; True when taken, False when not."""
+        self._settle()
         return self._acquire(self._begin(wait))
+
+    def _unsettled(self) -> _Call | None:
+        """A release of this owner's hold that failed and was never retried. A new
+        acquisition finishes it first: the work it ended is over, and re-entering a hold whose
+        lease may be gone, and is no longer renewed, would be holding nothing."""
+        hold = self._hold()
+        return None if hold is None or hold.releasing_since is None else self._release_call()
+
+    def _settle(self) -> None:
+        call = self._unsettled()
+        if call is not None:
+            with contextlib.suppress(LockNotOwned):  # a loss, reported as such
+                call.run()
 
     def _acquire(self, ctx: _Acquisition) -> bool:
         client = lock_client(ctx.alias)
@@ -621,8 +652,10 @@ class Lock:
                         raise self._unconfirmed(acknowledged, replicas)
                 else:
                     args = self._attempt_args(ctx)
-                    budget = ctx.reply_budget
-                    result = ACQUIRE(client, [ctx.keys.lease], args, reply_timeout=budget)
+                    result = ACQUIRE(
+                        client, [ctx.keys.lease], args,
+                        reply_timeout=ctx.reply_budget, if_silent=ctx.give_back,
+                    )  # fmt: skip
                 outcome = self._step(ctx, result)
                 if outcome is not None:
                     return outcome
@@ -663,14 +696,16 @@ class Lock:
         alias, keys = self._alias_and_keys()
         # A try that failed (or was cancelled) may have got through before its reply was
         # lost: a retry must not take a second level, nor call the lease lost (_released).
-        retried = hold.releasing_since is not None
-        if not retried:
+        if hold.releasing_since is None:
             hold.releasing_since = time.monotonic()
             hold.release_nonce = secrets.token_hex(8) if self._reentrant else "0"
+        earlier_ran = hold.release_may_have_run
+        hold.release_may_have_run = True  # until this try says otherwise (a cancel cannot)
         if hold.count <= 1 and hold.renewal is not None:
             renewer.remove(hold.renewal)  # the work is done: renewing now could only mislead
 
         def failed(exc: RedisError) -> LockBackendError:
+            hold.release_may_have_run = earlier_ran or request_sent(exc)
             if hold.renewal is not None:
                 renewer.remove(hold.renewal)
             return self._backend_error("release", exc)
@@ -682,7 +717,7 @@ class Lock:
             [keys.lease],
             [hold.token, hold.release_nonce, *keep],
             done=lambda remaining: self._released(
-                owner, keys, hold, int(remaining), retried=retried
+                owner, keys, hold, int(remaining), earlier_ran=earlier_ran
             ),
             failed=failed,
         )
@@ -704,7 +739,7 @@ class Lock:
                 raise LockNotOwned(
                     f"Lock {self._name!r} was no longer ours to extend.", name=self._name
                 )
-            hold.lease_ends_at = started + lease
+            hold.lease, hold.lease_ends_at = lease, started + lease
             if hold.renewal is not None:
                 hold.renewal.confirmed(started, lease)
 
@@ -763,6 +798,7 @@ class Lock:
             raise self._lost_error(hold)
 
     def __enter__(self) -> Lock:
+        self._settle()
         ctx = self._begin(None)
         if not self._acquire(ctx):
             raise self._not_acquired(ctx)
@@ -784,6 +820,13 @@ class Lock:
 
     def _exit_error(self, hold: Hold | None, exc: BaseException | None, error: LockError) -> None:
         """A release at the end of a ``with`` block failed: say so without hiding ``exc``."""
+        if isinstance(error, LockBackendError) and hold is not None and hold.count > 1:
+            # An inner level of a re-entrant lock: nobody retries it (the outer with block's
+            # release is the next level's, not a retry). Given up here; the lease ends with
+            # the outer level's release, or by itself.
+            with self._state:
+                hold.count -= 1
+                hold.releasing_since, hold.release_may_have_run = None, False
         if exc is not None:
             logger.exception("Could not release lock %r after an error", self._name)
         elif isinstance(error, LockNotOwned) and hold is not None:
@@ -795,7 +838,14 @@ class Lock:
 
     async def aacquire(self, wait: float | None = None) -> bool:
         """``acquire()`` for asyncio: waits without blocking the event loop."""
+        await self._asettle()
         return await self._aacquire(self._begin(wait))
+
+    async def _asettle(self) -> None:
+        call = self._unsettled()
+        if call is not None:
+            with contextlib.suppress(LockNotOwned):
+                await call.arun()
 
     async def _aacquire(self, ctx: _Acquisition) -> bool:
         client = async_lock_client(ctx.alias)
@@ -813,13 +863,10 @@ class Lock:
                         raise self._unconfirmed(acknowledged, replicas)
                 else:
                     args = self._attempt_args(ctx)
-                    try:
-                        result = await ACQUIRE.acall(
-                            client, [ctx.keys.lease], args, reply_timeout=ctx.reply_budget
-                        )
-                    except asyncio.CancelledError:
-                        await self._give_back(client, ctx)
-                        raise
+                    result = await ACQUIRE.acall(
+                        client, [ctx.keys.lease], args,
+                        reply_timeout=ctx.reply_budget, if_silent=ctx.give_back,
+                    )  # fmt: skip
                 outcome = self._step(ctx, result)
                 if outcome is not None:
                     return outcome
@@ -837,16 +884,6 @@ class Lock:
                 with contextlib.suppress(RedisError, asyncio.CancelledError):
                     await asyncio.shield(leave)
 
-    @staticmethod
-    async def _give_back(client: Any, ctx: _Acquisition) -> None:
-        """Cancelled while an ACQUIRE was on its way: Redis may have granted it, and nobody
-        would know to release it, so the lock would stay taken for a lease. Give it back (a
-        new acquisition only: a re-entry's level cannot be told from the holder's own)."""
-        if ctx.fresh:
-            back = RELEASE.acall(client, [ctx.keys.lease], [ctx.token, 0])
-            with contextlib.suppress(RedisError, asyncio.CancelledError):
-                await asyncio.shield(back)
-
     async def arelease(self) -> None:
         """``release()`` for asyncio."""
         await self._release_call().arun()
@@ -856,6 +893,7 @@ class Lock:
         await self._extend_call(seconds).arun()
 
     async def __aenter__(self) -> Lock:
+        await self._asettle()
         ctx = self._begin(None)
         if not await self._aacquire(ctx):
             raise self._not_acquired(ctx)

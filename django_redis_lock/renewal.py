@@ -24,6 +24,7 @@ from typing import Any
 from redis.exceptions import NoScriptError, RedisError
 
 from .conf import lock_settings
+from .durations import clock_allowance
 from .quorum import QuorumClient
 from .scripts import EXTEND, drop_stale_connections, execute, execute_many, follow_sentinel
 
@@ -141,10 +142,14 @@ class _Renewer:
         ended, abandoned, due = [], [], []
         for lease in self._leases:
             if id(lease.client) in self._busy:
-                if lease.expires_at <= now:
+                if self._ends_at(lease) <= now:
                     ended.append(lease)
             elif lease.due <= now:
-                reason = lease.abandoned()
+                try:
+                    reason = lease.abandoned()
+                except Exception:  # the watchdog must never die: renew, as before
+                    logger.exception("django-redis-lock: could not tell who holds %s", lease.key)
+                    reason = None
                 if reason is None:
                     due.append(lease)
                 else:
@@ -157,11 +162,16 @@ class _Renewer:
         """When a lease next falls due, or one under renewal ends (None: no lease)."""
         return min(
             (
-                lease.expires_at if id(lease.client) in self._busy else lease.due
+                self._ends_at(lease) if id(lease.client) in self._busy else lease.due
                 for lease in self._leases
             ),
             default=None,
         )
+
+    @staticmethod
+    def _ends_at(lease: RenewedLease) -> float:
+        """When the lease may have ended in Redis already (its clock may run a little fast)."""
+        return lease.expires_at - clock_allowance(lease.lease)
 
     def _renew_batch(self, client_id: int, leases: list[RenewedLease]) -> None:
         try:

@@ -55,6 +55,7 @@ __all__ = [
     "execute",
     "execute_many",
     "follow_sentinel",
+    "request_sent",
     "reread_slot_map",
     "wait_for_wake",
 ]
@@ -80,11 +81,25 @@ def _pack(args: Sequence[Any]) -> bytes:
     return b"".join(parts)
 
 
+def request_sent(error: BaseException) -> bool:
+    """Whether a request that failed with ``error`` may have run in Redis all the same: False
+    for an error reply, and for a connection that could not be made (nothing was sent)."""
+    return not isinstance(error, ResponseError) and getattr(error, "request_sent", True)
+
+
+def _unsent(error: RedisError) -> None:
+    error.request_sent = False  # type: ignore[attr-defined]
+
+
 @contextlib.contextmanager
 def _borrowed(client: Any) -> Iterator[Any]:
     """A connection of ``client``'s pool for a few commands, given back afterwards."""
     pool = client.connection_pool
-    connection = pool.get_connection()
+    try:
+        connection = pool.get_connection()
+    except RedisError as error:
+        _unsent(error)
+        raise
     try:
         yield connection
     except ResponseError:
@@ -102,7 +117,11 @@ def _borrowed(client: Any) -> Iterator[Any]:
 async def _aborrowed(client: Any) -> AsyncIterator[Any]:
     """:func:`_borrowed` for a ``redis.asyncio`` client."""
     pool = client.connection_pool
-    connection = await pool.get_connection()
+    try:
+        connection = await pool.get_connection()
+    except RedisError as error:
+        _unsent(error)
+        raise
     try:
         yield connection
     except ResponseError:
@@ -142,7 +161,12 @@ def _no_reply(reply_timeout: float) -> RedisTimeoutError:
     return RedisTimeoutError(f"Redis did not answer within {reply_timeout:.3g}s")
 
 
-def execute(client: Any, *args: Any, reply_timeout: float | None = None) -> Any:
+def execute(
+    client: Any,
+    *args: Any,
+    reply_timeout: float | None = None,
+    if_silent: Sequence[Any] | None = None,
+) -> Any:
     """Send one command on a connection of ``client``'s pool, once, and return the raw reply.
 
     Not ``client.execute_command``: that retries on timeouts and connection errors (redis-py 8
@@ -152,7 +176,9 @@ def execute(client: Any, *args: Any, reply_timeout: float | None = None) -> Any:
 
     ``reply_timeout``: raise ``TimeoutError`` (and drop the connection) when no reply came
     within that many seconds, if that is sooner than the socket timeout (one server or
-    Sentinel; a Cluster client keeps its socket timeout).
+    Sentinel; a Cluster client keeps its socket timeout). ``if_silent``: a command to send
+    after the first on the same connection, without waiting for its reply, when no reply
+    came in time: Redis runs it after the first, whenever it runs that one.
     """
     pool = getattr(client, "connection_pool", None)
     if pool is None:
@@ -165,13 +191,21 @@ def execute(client: Any, *args: Any, reply_timeout: float | None = None) -> Any:
         return client.execute_command(*args, target_nodes=client.get_node_from_key(key))
     with _borrowed(client) as connection:
         connection.send_packed_command([_pack(args)])
-        if (
-            reply_timeout is not None
-            and _sooner(reply_timeout, connection.socket_timeout)
-            and not connection.can_read(timeout=reply_timeout)
-        ):
-            raise _no_reply(reply_timeout)
-        return connection.read_response()
+        try:
+            if (
+                reply_timeout is not None
+                and _sooner(reply_timeout, connection.socket_timeout)
+                and not connection.can_read(timeout=reply_timeout)
+            ):
+                raise _no_reply(reply_timeout)
+            if if_silent is None:
+                return connection.read_response()
+            return connection.read_response(disconnect_on_error=False)  # see below
+        except RedisTimeoutError:
+            if if_silent is not None:  # still open and in step: it runs after the first
+                with contextlib.suppress(RedisError, OSError):
+                    connection.send_packed_command([_pack(if_silent)], check_health=False)
+            raise
 
 
 def _routing_key(args: Sequence[Any]) -> Any:
@@ -375,8 +409,14 @@ async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = Tru
         return False
 
 
-async def aexecute(client: Any, *args: Any, reply_timeout: float | None = None) -> Any:
-    """:func:`execute` for a ``redis.asyncio`` client."""
+async def aexecute(
+    client: Any,
+    *args: Any,
+    reply_timeout: float | None = None,
+    if_silent: Sequence[Any] | None = None,
+) -> Any:
+    """:func:`execute` for a ``redis.asyncio`` client; ``if_silent`` is also sent when the
+    task is cancelled while it waits for the reply."""
     if not hasattr(client, "connection_pool"):  # Redis Cluster, or quorum mode (quorum.py)
         key = _routing_key(args) if hasattr(client, "get_node_from_key") else None
         if key is None:
@@ -386,17 +426,27 @@ async def aexecute(client: Any, *args: Any, reply_timeout: float | None = None) 
         await client.initialize()
         return await client.execute_command(*args, target_nodes=client.get_node_from_key(key))
     if not _sooner(reply_timeout, _socket_timeout(client.connection_pool)):
-        return await _aexecute_once(client, args)
+        return await _aexecute_once(client, args, if_silent)
     try:  # the whole exchange: a new connection's handshake waits for Redis too
-        return await asyncio.wait_for(_aexecute_once(client, args), reply_timeout)
+        return await asyncio.wait_for(_aexecute_once(client, args, if_silent), reply_timeout)
     except asyncio.TimeoutError:
         raise _no_reply(cast(float, reply_timeout)) from None
 
 
-async def _aexecute_once(client: Any, args: Sequence[Any]) -> Any:
+async def _aexecute_once(
+    client: Any, args: Sequence[Any], if_silent: Sequence[Any] | None = None
+) -> Any:
     async with _aborrowed(client) as connection:
         await connection.send_packed_command([_pack(args)])
-        return await connection.read_response()
+        if if_silent is None:
+            return await connection.read_response()
+        try:
+            # Left open when cancelled or timed out, for if_silent to follow on it.
+            return await connection.read_response(disconnect_on_error=False)
+        except (asyncio.CancelledError, RedisTimeoutError):
+            with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
+                await connection.send_packed_command([_pack(if_silent)], check_health=False)
+            raise
 
 
 class Script:
@@ -414,16 +464,20 @@ class Script:
         args: Sequence[Any],
         *,
         reply_timeout: float | None = None,
+        if_silent: Sequence[Any] | None = None,
     ) -> Any:
+        """Run the script (see :func:`execute` for ``reply_timeout`` and ``if_silent``)."""
+        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
         try:
-            return execute(
-                client, "EVALSHA", self.sha, len(keys), *keys, *args, reply_timeout=reply_timeout
-            )
+            return execute(client, *command, reply_timeout=reply_timeout, if_silent=if_silent)
         except NoScriptError:
             execute(client, "SCRIPT", "LOAD", self.source, reply_timeout=reply_timeout)
-            return execute(
-                client, "EVALSHA", self.sha, len(keys), *keys, *args, reply_timeout=reply_timeout
-            )
+            return execute(client, *command, reply_timeout=reply_timeout, if_silent=if_silent)
+
+    def command(self, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+        """The script as one command that needs nothing loaded (``EVAL`` of its source): for
+        ``if_silent``, whose reply is never read, so a ``NOSCRIPT`` would go unseen."""
+        return ("EVAL", self.source, len(keys), *keys, *args)
 
     def call_acknowledged(
         self, client: Any, keys: Sequence[str], args: Sequence[Any], replicas: int,
@@ -474,16 +528,21 @@ class Script:
         args: Sequence[Any],
         *,
         reply_timeout: float | None = None,
+        if_silent: Sequence[Any] | None = None,
     ) -> Any:
         command = ("EVALSHA", self.sha, len(keys), *keys, *args)
         try:
-            return await aexecute(client, *command, reply_timeout=reply_timeout)
+            return await aexecute(
+                client, *command, reply_timeout=reply_timeout, if_silent=if_silent
+            )
         except NoScriptError:
             if hasattr(client, "connection_pool"):
                 await aexecute(client, "SCRIPT", "LOAD", self.source, reply_timeout=reply_timeout)
             else:  # an asyncio Redis Cluster client: it loads the script on every primary
                 await client.script_load(self.source)
-            return await aexecute(client, *command, reply_timeout=reply_timeout)
+            return await aexecute(
+                client, *command, reply_timeout=reply_timeout, if_silent=if_silent
+            )
 
 
 # Every script that sets an expiry checks the milliseconds it is given first (Lua defining

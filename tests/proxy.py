@@ -1,8 +1,10 @@
 """A TCP proxy between the lock's client and a real redis-server, to lose replies on purpose.
 
-The requests always reach Redis (so it runs them); what comes back can be passed on, dropped
-(the client waits for a reply that never comes: a blackhole) or cut (the client's connection
-is reset as the reply arrives). That is how a release whose reply was lost looks.
+What comes back can be passed on, dropped (the client waits for a reply that never comes: a
+blackhole) or cut (the client's connection is reset as the reply arrives): that is how a
+release whose reply was lost looks, since the request did reach Redis. Requests can be dropped
+too (lost on the way), and new connections refused (after ``cut_connections()``, a request
+cannot even be sent).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import struct
 import threading
 
 PASS, DROP_REPLIES, RESET_ON_REPLY = "pass", "drop replies", "reset on reply"
+DROP_REQUESTS, REFUSE = "drop requests", "refuse"
 
 
 class TcpProxy:
@@ -26,6 +29,14 @@ class TcpProxy:
         self.url = f"redis://127.0.0.1:{self.port}/0"
         threading.Thread(target=self._accept, daemon=True, name="test-proxy").start()
 
+    def cut_connections(self) -> None:
+        """Close every connection made so far (with a reset)."""
+        sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()
+
     def close(self) -> None:
         self._closed = True
         for sock in [self._listener, *self._sockets]:
@@ -38,6 +49,9 @@ class TcpProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self.mode == REFUSE:
+                client.close()
+                continue
             server = socket.create_connection(self.target)
             self._sockets += [client, server]
             threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
@@ -53,7 +67,7 @@ class TcpProxy:
                 with contextlib.suppress(OSError):
                     sink.close()
                 return
-            if replies and self.mode == DROP_REPLIES:
+            if self.mode == (DROP_REPLIES if replies else DROP_REQUESTS):
                 continue
             if replies and self.mode == RESET_ON_REPLY:
                 # SO_LINGER 0: close with a reset, as a failing network or middlebox would.

@@ -349,7 +349,7 @@ def test_r2_acquire_always_sets_ttl(redis_client):
             lock.release()
     # No key of ours ever lives without a TTL, the waiters' keys included.
     with Lock("r2", timeout=5, fencing=True):
-        waiter = threading.Thread(target=lambda: Lock("r2", wait=0.5).acquire())
+        waiter = threading.Thread(target=lambda: Lock("r2", timeout=5, wait=math.inf).acquire())
         waiter.start()
         queue = lease_key("r2") + ":q"
         wait_until(lambda: redis_client.exists(queue), 10, "the waiter to queue")

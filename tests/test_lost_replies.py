@@ -16,19 +16,22 @@ import threading
 import time
 
 import pytest
+import redis
 
 from django_redis_lock import (
     Lock,
     LockBackendError,
     LockNotOwned,
+    get_redis_client,
     lock_lost,
     lock_released,
 )
 from django_redis_lock.keys import lock_keys
+from django_redis_lock.renewal import renewer
 from tests.conftest import django_redis_caches
 from tests.helpers import run_async as run
 from tests.helpers import wait_until
-from tests.proxy import DROP_REPLIES, PASS, RESET_ON_REPLY
+from tests.proxy import DROP_REPLIES, PASS, REFUSE, RESET_ON_REPLY
 
 
 @pytest.fixture
@@ -77,7 +80,7 @@ def behind_proxy(settings, redis_proxy):
 def test_a_release_whose_reply_was_lost_can_be_retried_quietly(
     behind_proxy, redis_client, caplog, signals_seen, failure, options
 ):
-    redis_proxy = behind_proxy(0.5, TIMEOUT=0.6)  # the renewed lease: renewed every 0.2 s
+    redis_proxy = behind_proxy(0.5, TIMEOUT=1.5)  # the renewed lease: renewed every 0.5 s
     signals_seen.clear()
     lock = Lock("lost-reply", **options)
     lock.acquire()
@@ -86,7 +89,7 @@ def test_a_release_whose_reply_was_lost_can_be_retried_quietly(
         lock.release()
     assert not redis_client.exists(lease_key("lost-reply"))  # Redis did release it
     redis_proxy.mode = PASS
-    time.sleep(0.7)  # longer than the renewed lease: a renewal now would call it lost
+    time.sleep(1.7)  # longer than the renewed lease: a renewal now would call it lost
     lock.release()  # the retry the docs promise: quiet
     assert lock.token is None
     assert errors(caplog) == []
@@ -214,7 +217,8 @@ def test_an_acquisition_cancelled_after_redis_granted_it_gives_the_lock_back(
         assert lock.token is None
 
     run(main())
-    assert not redis_client.exists(lease_key("granted-then-cancelled"))
+    # Given back on the same connection, right after the cancelled request (through the proxy).
+    wait_until(lambda: not redis_client.exists(lease_key("granted-then-cancelled")), 10)
 
 
 def test_release_cancellation_preserves_lock_state(redis_client):
@@ -275,3 +279,111 @@ def test_an_acquisition_gives_up_when_its_wait_ends_even_if_redis_is_silent(
     assert not thread.is_alive(), "acquire() waited for the socket timeout"
     assert elapsed >= 1.5
     assert "did not answer" in str(outcome["error"])
+
+
+# -- what a quiet retry must not hide, and what a lost reply must not leave behind -------------
+
+
+def test_a_retry_after_a_try_that_was_never_sent_reports_a_real_loss(
+    behind_proxy, redis_client, signals_seen
+):
+    """The lease was deleted (force-released, a failover) and taken by someone else; the
+    first release could not even connect: the retry's 'not ours' is the loss it is."""
+    redis_proxy = behind_proxy(0.5)
+    lock = Lock("stolen", timeout=10)
+    lock.acquire()
+    redis_client.delete(lease_key("stolen"))
+    assert Lock("stolen", timeout=10).acquire()  # another holder
+    redis_proxy.mode = REFUSE
+    redis_proxy.cut_connections()
+    get_redis_client().connection_pool.disconnect()  # no pooled connection: a new one fails
+    with pytest.raises(LockBackendError):
+        lock.release()
+    redis_proxy.mode = PASS
+    with pytest.raises(LockNotOwned):
+        lock.release()
+    assert ("lost", "stolen") in signals_seen
+
+
+def test_nested_with_blocks_release_both_levels_when_their_replies_are_lost(
+    behind_proxy, redis_client, caplog, signals_seen
+):
+    """The inner exit's release is not retried by the outer exit's (which is the next level's,
+    not a retry): before, the outer release reused the inner one's nonce, Redis took it for a
+    retry, and the lock stayed taken by nobody."""
+    redis_proxy = behind_proxy(0.5)
+    signals_seen.clear()
+    lock = Lock("nested", timeout=10, reentrant=True)
+    with pytest.raises(LockBackendError), lock, lock:
+        redis_proxy.mode = DROP_REPLIES
+    redis_proxy.mode = PASS
+    # The inner exit's release ran (its reply was lost); the outer exit's could not even
+    # connect (no handshake reply either), and is left for a retry.
+    assert redis_client.hget(lease_key("nested"), "count") == b"1"
+    assert errors(caplog) == ["Could not release lock 'nested' after an error"]
+    lock.release()  # the outer exit's release, retried: the last level goes
+    assert not redis_client.exists(lease_key("nested"))
+    assert lock.token is None
+    assert signals_seen == [("released", "nested")]
+
+
+def test_a_failed_release_is_finished_by_the_next_acquisition(
+    behind_proxy, redis_client, caplog, signals_seen
+):
+    """Nobody retried it: the next `with` on the object finishes it first, then takes a new,
+    renewed lease (not a re-entry into a hold that is no longer renewed)."""
+    redis_proxy = behind_proxy(0.5, TIMEOUT=1)
+    signals_seen.clear()
+    lock = Lock("reused")
+    lock.acquire()
+    first_token = lock.token
+    redis_proxy.mode = DROP_REPLIES
+    with pytest.raises(LockBackendError):
+        lock.release()
+    redis_proxy.mode = PASS
+    with lock as held:
+        assert held.token != first_token
+        assert held._hold().renewal in renewer
+        time.sleep(1.2)  # more than a lease: it is renewed
+        assert held.owned()
+    assert signals_seen == [("released", "reused"), ("released", "reused")]
+    assert errors(caplog) == []
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_an_acquisition_that_gave_up_on_a_busy_redis_gives_the_lease_back(
+    settings, redis_server_factory, redis_client, api
+):
+    """Redis busy for 1.5 s (a slow command, a fork) still runs the ACQUIRE after the caller
+    gave up at its 1 s reply budget: the lease it grants must not stay taken by nobody."""
+    server = redis_server_factory()
+    settings.CACHES = django_redis_caches(server.url, SOCKET_TIMEOUT=30)
+    Lock("warm-up", timeout=1).acquire()  # a pooled connection, as in a running process
+    outcome = {}
+
+    def attempt():
+        lock = Lock("busy", timeout=30)
+        try:
+            outcome["got"] = lock.acquire(wait=0) if api == "sync" else run(warm_then(lock))
+        except LockBackendError as error:
+            outcome["error"] = error
+
+    async def warm_then(lock):
+        async with Lock("async-warm-up", timeout=1):
+            pass
+        os.kill(server.pid, signal.SIGSTOP)
+        return await lock.aacquire(wait=0)
+
+    if api == "sync":
+        os.kill(server.pid, signal.SIGSTOP)
+    thread = threading.Thread(target=attempt)
+    thread.start()
+    try:
+        wait_until(lambda: outcome, 10, "the acquisition to give up")
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    thread.join(10)
+    assert "did not answer" in str(outcome["error"])
+    client = redis.Redis.from_url(server.url)
+    assert not client.exists(lease_key("busy"))  # given back, after Redis ran the ACQUIRE
+    client.close()
