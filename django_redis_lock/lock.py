@@ -223,6 +223,9 @@ class Lock:
             weakref.WeakKeyDictionary()
         )
         self._flags = ("f" if fencing else "") + ("r" if reentrant else "")
+        # Set for good once a release through this object did not complete: from then on an
+        # acquisition looks for one to finish first (_settle), which costs nothing until then.
+        self._release_failed = False
 
     def __repr__(self) -> str:
         return f"<Lock {self._name!r}{' held' if self._hold() else ''}>"
@@ -626,6 +629,8 @@ class Lock:
         """A release of this owner's hold that failed and was never retried. A new
         acquisition finishes it first: the work it ended is over, and re-entering a hold whose
         lease may be gone, and is no longer renewed, would be holding nothing."""
+        if not self._release_failed:
+            return None
         hold = self._hold()
         return None if hold is None or hold.releasing_since is None else self._release_call()
 
@@ -681,7 +686,11 @@ class Lock:
         connection error raises ``LockBackendError`` and keeps the token, so that ``release()``
         can be retried; renewal stops, so an unreleased lease ends by itself.
         """
-        self._release_call().run()
+        try:
+            self._release_call().run()
+        except BaseException:
+            self._release_failed = True
+            raise
 
     def extend(self, seconds: float | None = None) -> None:
         """Make our lease end ``seconds`` from now (default: the lock's lease length)."""
@@ -886,7 +895,11 @@ class Lock:
 
     async def arelease(self) -> None:
         """``release()`` for asyncio."""
-        await self._release_call().arun()
+        try:
+            await self._release_call().arun()
+        except BaseException:  # a cancellation too
+            self._release_failed = True
+            raise
 
     async def aextend(self, seconds: float | None = None) -> None:
         """``extend()`` for asyncio."""
