@@ -139,7 +139,6 @@ class _Acquisition:
     alias: LockAlias
     keys: LockKeys
     fresh: bool  # a new token: not a re-entry into a hold this owner has already
-    give_back: tuple[Any, ...] | None  # sent after an ACQUIRE whose reply did not come
     token: str
     lease: float
     lease_ms: int
@@ -158,6 +157,13 @@ class _Acquisition:
     failure: _Attempt | None = None  # what the holder looked like when we could not get in
     want_result: bool = False
     result: bytes | None = None
+
+    def give_back(self) -> tuple[Any, ...]:
+        """Sent after an ACQUIRE whose reply we gave up on (too slow, cancelled), on the same
+        connection, so that Redis runs it after the ACQUIRE: the lease that one may grant goes
+        back instead of being held for a lease by nobody. (For a new acquisition only: a
+        re-entry's level cannot be told from the holder's own.)"""
+        return RELEASE.command([self.keys.lease], [self.token, 0])
 
 
 class Lock:
@@ -359,10 +365,6 @@ class Lock:
             alias=alias,
             keys=keys,
             fresh=fresh,
-            # Redis may run an ACQUIRE whose reply we gave up on (too slow, cancelled): the
-            # lease it grants goes back, on the same connection so after it, instead of being
-            # held for a lease by nobody. (Not a re-entry's: its level is not told apart.)
-            give_back=RELEASE.command([keys.lease], [token, 0]) if fresh else None,
             token=token,
             lease=lease,
             lease_ms=durations.milliseconds(lease),
@@ -622,15 +624,14 @@ class Lock:
 
     def acquire(self, wait: float | None = None) -> bool:
         """Take the lock, waiting up to ``wait`` seconds; True when taken, False when not."""
-        self._settle()
+        if self._release_failed:
+            self._settle()
         return self._acquire(self._begin(wait))
 
     def _unsettled(self) -> _Call | None:
         """A release of this owner's hold that failed and was never retried. A new
         acquisition finishes it first: the work it ended is over, and re-entering a hold whose
         lease may be gone, and is no longer renewed, would be holding nothing."""
-        if not self._release_failed:
-            return None
         hold = self._hold()
         return None if hold is None or hold.releasing_since is None else self._release_call()
 
@@ -659,7 +660,8 @@ class Lock:
                     args = self._attempt_args(ctx)
                     result = ACQUIRE(
                         client, [ctx.keys.lease], args,
-                        reply_timeout=ctx.reply_budget, if_silent=ctx.give_back,
+                        reply_timeout=ctx.reply_budget,
+                        if_silent=ctx.give_back if ctx.fresh else None,
                     )  # fmt: skip
                 outcome = self._step(ctx, result)
                 if outcome is not None:
@@ -807,7 +809,8 @@ class Lock:
             raise self._lost_error(hold)
 
     def __enter__(self) -> Lock:
-        self._settle()
+        if self._release_failed:
+            self._settle()
         ctx = self._begin(None)
         if not self._acquire(ctx):
             raise self._not_acquired(ctx)
@@ -847,7 +850,8 @@ class Lock:
 
     async def aacquire(self, wait: float | None = None) -> bool:
         """``acquire()`` for asyncio: waits without blocking the event loop."""
-        await self._asettle()
+        if self._release_failed:
+            await self._asettle()
         return await self._aacquire(self._begin(wait))
 
     async def _asettle(self) -> None:
@@ -874,7 +878,8 @@ class Lock:
                     args = self._attempt_args(ctx)
                     result = await ACQUIRE.acall(
                         client, [ctx.keys.lease], args,
-                        reply_timeout=ctx.reply_budget, if_silent=ctx.give_back,
+                        reply_timeout=ctx.reply_budget,
+                        if_silent=ctx.give_back if ctx.fresh else None,
                     )  # fmt: skip
                 outcome = self._step(ctx, result)
                 if outcome is not None:
@@ -906,7 +911,8 @@ class Lock:
         await self._extend_call(seconds).arun()
 
     async def __aenter__(self) -> Lock:
-        await self._asettle()
+        if self._release_failed:
+            await self._asettle()
         ctx = self._begin(None)
         if not await self._aacquire(ctx):
             raise self._not_acquired(ctx)

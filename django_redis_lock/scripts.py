@@ -165,7 +165,7 @@ def execute(
     client: Any,
     *args: Any,
     reply_timeout: float | None = None,
-    if_silent: Sequence[Any] | None = None,
+    if_silent: Callable[[], Sequence[Any]] | None = None,
 ) -> Any:
     """Send one command on a connection of ``client``'s pool, once, and return the raw reply.
 
@@ -176,7 +176,7 @@ def execute(
 
     ``reply_timeout``: raise ``TimeoutError`` (and drop the connection) when no reply came
     within that many seconds, if that is sooner than the socket timeout (one server or
-    Sentinel; a Cluster client keeps its socket timeout). ``if_silent``: a command to send
+    Sentinel; a Cluster client keeps its socket timeout). ``if_silent``: makes a command to send
     after the first on the same connection, without waiting for its reply, when no reply
     came in time: Redis runs it after the first, whenever it runs that one.
     """
@@ -204,7 +204,7 @@ def execute(
         except RedisTimeoutError:
             if if_silent is not None:  # still open and in step: it runs after the first
                 with contextlib.suppress(RedisError, OSError):
-                    connection.send_packed_command([_pack(if_silent)], check_health=False)
+                    connection.send_packed_command([_pack(if_silent())], check_health=False)
             raise
 
 
@@ -413,7 +413,7 @@ async def aexecute(
     client: Any,
     *args: Any,
     reply_timeout: float | None = None,
-    if_silent: Sequence[Any] | None = None,
+    if_silent: Callable[[], Sequence[Any]] | None = None,
 ) -> Any:
     """:func:`execute` for a ``redis.asyncio`` client; ``if_silent`` is also sent when the
     task is cancelled while it waits for the reply."""
@@ -434,7 +434,7 @@ async def aexecute(
 
 
 async def _aexecute_once(
-    client: Any, args: Sequence[Any], if_silent: Sequence[Any] | None = None
+    client: Any, args: Sequence[Any], if_silent: Callable[[], Sequence[Any]] | None = None
 ) -> Any:
     async with _aborrowed(client) as connection:
         await connection.send_packed_command([_pack(args)])
@@ -445,7 +445,7 @@ async def _aexecute_once(
             return await connection.read_response(disconnect_on_error=False)
         except (asyncio.CancelledError, RedisTimeoutError):
             with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
-                await connection.send_packed_command([_pack(if_silent)], check_health=False)
+                await connection.send_packed_command([_pack(if_silent())], check_health=False)
             raise
 
 
@@ -464,7 +464,7 @@ class Script:
         args: Sequence[Any],
         *,
         reply_timeout: float | None = None,
-        if_silent: Sequence[Any] | None = None,
+        if_silent: Callable[[], Sequence[Any]] | None = None,
     ) -> Any:
         """Run the script (see :func:`execute` for ``reply_timeout`` and ``if_silent``)."""
         command = ("EVALSHA", self.sha, len(keys), *keys, *args)
@@ -528,7 +528,7 @@ class Script:
         args: Sequence[Any],
         *,
         reply_timeout: float | None = None,
-        if_silent: Sequence[Any] | None = None,
+        if_silent: Callable[[], Sequence[Any]] | None = None,
     ) -> Any:
         command = ("EVALSHA", self.sha, len(keys), *keys, *args)
         try:
