@@ -13,7 +13,6 @@ import asyncio
 import os
 import threading
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +46,8 @@ def owner_description(owner: object) -> dict[str, str]:
     """How an owner is named in the lock's owner record."""
     if isinstance(owner, asyncio.Task):
         return {"thread": threading.current_thread().name, "task": owner.get_name()}
-    return {"thread": getattr(owner, "name", str(owner))}
+    name = getattr(owner, "name", None)  # not getattr(..., str(owner)): repr() is costly
+    return {"thread": name if name is not None else str(owner)}
 
 
 @dataclass(eq=False)
@@ -81,23 +81,27 @@ class HoldWatch:
     """What the watchdog needs of a hold, without keeping its Lock object or its owner alive:
     whom to tell when the lease is lost, and whether anyone can still release it."""
 
-    def __init__(
-        self, hold: Hold, owner: object, report_lost: Callable[[Hold, str], None]
-    ) -> None:
+    def __init__(self, hold: Hold, owner: object, report_lost: Any) -> None:
+        """``report_lost``: a bound method ``(hold, reason)`` of the Lock, held weakly (a plain
+        weak reference to its object: cheaper to make than a ``WeakMethod``, on every
+        acquisition)."""
         self._hold = hold
-        self._report_lost = weakref.WeakMethod(report_lost)
+        self._lock = weakref.ref(report_lost.__self__)
+        self._report = report_lost.__func__
         self._owner = weakref.ref(owner)
-        kind = "task" if isinstance(owner, asyncio.Task) else "thread"
-        self._owner_name = f"the {kind} {owner_description(owner).get(kind, '?')!r}"
+        if isinstance(owner, asyncio.Task):
+            self._owner_name = f"the task {owner.get_name()!r}"
+        else:
+            self._owner_name = f"the thread {getattr(owner, 'name', '?')!r}"
 
     def lost(self, reason: str) -> None:
-        report = self._report_lost()
-        if report is not None:
-            report(self._hold, reason)
+        lock = self._lock()
+        if lock is not None:
+            self._report(lock, self._hold, reason)
 
     def abandoned(self) -> str | None:
         """Why nobody can release this hold any more (None: someone still may)."""
-        if self._report_lost() is None:
+        if self._lock() is None:
             return "its Lock object was garbage-collected"
         owner: Any = self._owner()
         if owner is None:

@@ -97,6 +97,8 @@ class _Renewer:
                 self._condition.notify()
 
     def remove(self, lease: RenewedLease) -> None:
+        if lease not in self._leases:  # removed already (a release removes it twice): no lock
+            return
         with self._condition:
             self._leases.discard(lease)
 
