@@ -40,110 +40,105 @@ def find_chromium() -> str | None:
     return None
 
 
-@pytest.mark.django_db(transaction=True)
-def test_operator_releases_a_stuck_lock_in_the_browser(live_server, tmp_path, monkeypatch):
+@pytest.fixture
+def open_locks_page(live_server, monkeypatch):
+    """Headless Chromium, logged in to the admin as a superuser: call it to open the Locks
+    page (it returns the Playwright page). Skips the test without Chromium or Playwright."""
     chromium = find_chromium()
     if chromium is None:
         pytest.skip("No Chromium found: `apt install chromium`, or set CHROMIUM=/path/to/it.")
     playwright_api = pytest.importorskip("playwright.sync_api")
     User.objects.create_superuser("operator", password="operator-password")
+    # Playwright's sync API runs an event loop in this thread; the ORM is not used meanwhile.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+
+        def open_locks() -> object:
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/django_redis_lock/lock/")
+            page.fill("#id_username", "operator")
+            page.fill("#id_password", "operator-password")
+            page.click("input[type=submit]")
+            page.wait_for_selector("#result_list")
+            return page
+
+        yield open_locks
+        browser.close()
+
+
+def keep_screenshots(*shots: Path) -> None:
+    keep = os.environ.get("DJANGO_REDIS_LOCK_SCREENSHOT_DIR")
+    for shot in shots if keep else ():
+        shutil.copy(shot, Path(keep) / shot.name)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operator_releases_a_stuck_lock_in_the_browser(open_locks_page, tmp_path):
     stuck = Lock("invoices:send", timeout=300, label="send_invoices (cron, web-2)")
     assert stuck.acquire()
     others = [Lock(f"checkout:order-{n}", timeout=60, label="checkout") for n in (41, 42)]
     for other in others:
         other.acquire()
-    # Playwright's sync API runs an event loop in this thread; the ORM is not used meanwhile.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
-    with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 720})
-        page.goto(f"{live_server.url}/admin/login/?next=/admin/django_redis_lock/lock/")
-        page.fill("#id_username", "operator")
-        page.fill("#id_password", "operator-password")
-        page.click("input[type=submit]")
-        page.wait_for_selector("#result_list")
-        assert page.is_visible("text=invoices:send")
-        assert page.is_visible("text=send_invoices (cron, web-2)")
-        screenshot = tmp_path / "admin-locks.png"
-        page.screenshot(path=str(screenshot), full_page=True)
-        page.emulate_media(color_scheme="dark")  # the admin's dark theme applies to it too
-        dark = tmp_path / "admin-locks-dark.png"
-        page.screenshot(path=str(dark), full_page=True)
-        page.emulate_media(color_scheme="light")
+    page = open_locks_page()
+    assert page.is_visible("text=invoices:send")
+    assert page.is_visible("text=send_invoices (cron, web-2)")
+    screenshot = tmp_path / "admin-locks.png"
+    page.screenshot(path=str(screenshot), full_page=True)
+    page.emulate_media(color_scheme="dark")  # the admin's dark theme applies to it too
+    dark = tmp_path / "admin-locks-dark.png"
+    page.screenshot(path=str(dark), full_page=True)
+    page.emulate_media(color_scheme="light")
 
-        row = page.locator("#result_list tr", has_text="invoices:send")
-        row.locator("a.button", has_text="Release").click()
-        page.wait_for_selector("text=Yes, release")
-        page.click("input[value='Yes, release']")
-        page.wait_for_selector("ul.messagelist")
-        assert page.is_visible("text=Released 'invoices:send'.")
-        assert not page.is_visible("#result_list >> text=invoices:send")
-        browser.close()
+    row = page.locator("#result_list tr", has_text="invoices:send")
+    row.locator("a.button", has_text="Release").click()
+    page.wait_for_selector("text=Yes, release")
+    page.click("input[value='Yes, release']")
+    page.wait_for_selector("ul.messagelist")
+    assert page.is_visible("text=Released 'invoices:send'.")
+    assert not page.is_visible("#result_list >> text=invoices:send")
 
     assert not stuck.locked()
     assert all(other.owned() for other in others)
-    keep = os.environ.get("DJANGO_REDIS_LOCK_SCREENSHOT_DIR")
-    if keep:
-        shutil.copy(screenshot, Path(keep) / "admin-locks.png")
-        shutil.copy(dark, Path(keep) / "admin-locks-dark.png")
+    keep_screenshots(screenshot, dark)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_operator_is_told_what_is_wrong_in_the_browser(
-    live_server, tmp_path, monkeypatch, settings, redis_server_factory
+    open_locks_page, live_server, tmp_path, settings, redis_server_factory
 ):
     """An evicting Redis, a key that never expires, a key that is not a lock, a Redis that
     went away: each is a message on the page, never a server error."""
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("No Chromium found: `apt install chromium`, or set CHROMIUM=/path/to/it.")
-    playwright_api = pytest.importorskip("playwright.sync_api")
     import redis
 
     from tests.conftest import django_redis_caches
 
-    server = redis_server_factory(
-        args=["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]
-    )
+    evicting = ["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]
+    server = redis_server_factory(args=evicting)
     settings.CACHES = django_redis_caches(server.url)
     client = redis.Redis.from_url(server.url)
-    client.hset(
-        "lock:{eternal}", mapping={"token": "t", "owner": '{"name": "eternal"}', "since": 1}
-    )
+    record = {"token": "t", "owner": '{"name": "eternal"}', "since": 1}
+    client.hset("lock:{eternal}", mapping=record)
     client.set("lock:{weird}", "someone else's value")
-    User.objects.create_superuser("operator", password="operator-password")
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    shots = []
+    client.close()
 
-    with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 720})
-        page.goto(f"{live_server.url}/admin/login/?next=/admin/django_redis_lock/lock/")
-        page.fill("#id_username", "operator")
-        page.fill("#id_password", "operator-password")
-        page.click("input[type=submit]")
-        page.wait_for_selector("#result_list")
-        assert page.is_visible("text=may evict lock keys")
-        assert page.is_visible("text=never expires")
-        shots.append(tmp_path / "admin-warnings.png")
-        page.screenshot(path=str(shots[-1]), full_page=True)
+    page = open_locks_page()
+    assert page.is_visible("text=may evict lock keys")
+    assert page.is_visible("text=never expires")
+    warnings = tmp_path / "admin-warnings.png"
+    page.screenshot(path=str(warnings), full_page=True)
 
-        page.goto(f"{live_server.url}/admin/django_redis_lock/lock/release/?lock=t:weird")
-        page.click("input[value='Yes, release']")
-        page.wait_for_selector("ul.messagelist")
-        assert page.is_visible("text=is not a lock")
-        shots.append(tmp_path / "admin-not-a-lock.png")
-        page.screenshot(path=str(shots[-1]), full_page=True)
+    page.goto(f"{live_server.url}/admin/django_redis_lock/lock/release/?lock=t:weird")
+    page.click("input[value='Yes, release']")
+    page.wait_for_selector("ul.messagelist")
+    assert page.is_visible("text=is not a lock")
+    not_a_lock = tmp_path / "admin-not-a-lock.png"
+    page.screenshot(path=str(not_a_lock), full_page=True)
 
-        server.stop()
-        page.goto(f"{live_server.url}/admin/django_redis_lock/lock/show/?name=eternal")
-        assert page.is_visible("text=Redis could not be reached")
-        shots.append(tmp_path / "admin-redis-down.png")
-        page.screenshot(path=str(shots[-1]), full_page=True)
-        browser.close()
-
-    keep = os.environ.get("DJANGO_REDIS_LOCK_SCREENSHOT_DIR")
-    if keep:
-        for shot in shots:
-            shutil.copy(shot, Path(keep) / shot.name)
+    server.stop()
+    page.goto(f"{live_server.url}/admin/django_redis_lock/lock/show/?name=eternal")
+    assert page.is_visible("text=Redis could not be reached")
+    redis_down = tmp_path / "admin-redis-down.png"
+    page.screenshot(path=str(redis_down), full_page=True)
+    keep_screenshots(warnings, not_a_lock, redis_down)
