@@ -200,7 +200,8 @@ def execute(
                 raise _no_reply(reply_timeout)
             if if_silent is None:
                 return connection.read_response()
-            return connection.read_response(disconnect_on_error=False)  # see below
+            # Left open on a timeout, for if_silent to follow on it (then dropped, by _borrowed).
+            return connection.read_response(disconnect_on_error=False)
         except RedisTimeoutError:
             if if_silent is not None:  # still open and in step: it runs after the first
                 with contextlib.suppress(RedisError, OSError):
