@@ -9,9 +9,10 @@
         finally: lock.release()               # only ever deletes our own lease
 
 Nothing touches Redis until the first acquire. Each acquire, release and extend is one round
-trip (one ``EVALSHA``, see ``scripts.py``); a waiter blocks server-side on its own wake-up list
-and is woken by the release, first come first served. A ``Lock`` object may be shared between
-threads and asyncio tasks: each holds (and may release) only its own acquisition.
+trip (one ``EVALSHA``, see ``scripts.py``, sent as ``commands.py`` says); a waiter blocks
+server-side on its own wake-up list and is woken by the release, first come first served. A
+``Lock`` object may be shared between threads and asyncio tasks: each holds (and may release)
+only its own acquisition.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import durations, holds, signals
+from .commands import (
+    adrop_stale_connections,
+    await_wake,
+    drop_stale_connections,
+    execute,
+    request_sent,
+    wait_for_wake,
+)
 from .conf import lock_settings
 from .connection import LockAlias, async_lock_client, lock_client
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
@@ -47,18 +56,7 @@ from .keys import LockKeys, lock_keys
 from .quorum import AsyncQuorumClient, QuorumClient
 from .quorum import members as checked_quorum
 from .renewal import RenewedLease, renewer
-from .scripts import (
-    ACQUIRE,
-    EXTEND,
-    RELEASE,
-    Script,
-    adrop_stale_connections,
-    await_wake,
-    drop_stale_connections,
-    execute,
-    request_sent,
-    wait_for_wake,
-)
+from .scripts import ACQUIRE, EXTEND, RELEASE, Script
 
 __all__ = ["Lock"]
 

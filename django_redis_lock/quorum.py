@@ -49,8 +49,9 @@ from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
+from .commands import pack
 from .durations import clock_allowance
-from .scripts import ACQUIRE, EXTEND, FORCE_RELEASE, RAISE_FENCE, RELEASE, Script, _pack
+from .scripts import ACQUIRE, EXTEND, FORCE_RELEASE, RAISE_FENCE, RELEASE, Script
 
 __all__ = ["MIN_MEMBERS", "AsyncQuorumClient", "QuorumClient", "QuorumUnavailable", "members"]
 
@@ -198,7 +199,7 @@ class QuorumClient:
     def __repr__(self) -> str:
         return f"<QuorumClient {self.name} of {len(self.clients)} servers>"
 
-    # -- the entry point: what scripts.execute() calls for a client without a connection pool --
+    # -- the entry point: what commands.execute() calls for a client without a connection pool --
 
     def execute_command(self, *args: Any) -> Any:
         command = str(args[0]).upper()
@@ -279,7 +280,7 @@ class QuorumClient:
         ``reply_timeout`` without an answer the connection is replaced.
         """
         indexes = range(len(self.clients)) if members is None else members
-        packed = _pack(command)
+        packed = pack(command)
         started = time.monotonic()
         deadline = started + timeout
         replies: Replies = {}

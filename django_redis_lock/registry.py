@@ -22,12 +22,13 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from .commands import execute, execute_many
 from .conf import lock_settings
 from .connection import lock_client
 from .keys import lock_keys, namespace, readable_tag
 from .lock import Lock
 from .quorum import QuorumClient
-from .scripts import FORCE_RELEASE, execute, execute_many
+from .scripts import FORCE_RELEASE
 from .signals import lock_force_released
 
 __all__ = [

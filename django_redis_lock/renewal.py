@@ -23,10 +23,11 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError
 
+from .commands import drop_stale_connections, execute, execute_many, follow_sentinel
 from .conf import lock_settings
 from .durations import clock_allowance
 from .quorum import QuorumClient
-from .scripts import EXTEND, drop_stale_connections, execute, execute_many, follow_sentinel
+from .scripts import EXTEND
 
 __all__ = ["RenewedLease", "renewer"]
 

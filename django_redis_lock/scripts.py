@@ -1,4 +1,4 @@
-"""The Lua scripts of the lock engine, and how they are called.
+"""The Lua scripts of the lock engine, and the :class:`Script` that calls them.
 
 Each lock operation is one ``EVALSHA`` (one round trip); on ``NOSCRIPT`` (after ``SCRIPT
 FLUSH`` or a Redis restart) the script is loaded and the call retried once. Scripts run
@@ -19,25 +19,22 @@ deadline passes; live waiters refresh it every time they look again.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
 import hashlib
-import inspect
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from redis.exceptions import (
-    AskError,
-    MovedError,
-    NoScriptError,
-    RedisClusterException,
-    RedisError,
-    ResponseError,
-)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import NoScriptError, ResponseError
 
+from .commands import (
+    aexecute,
+    aexecute_acknowledged,
+    execute,
+    execute_acknowledged,
+    redirected,
+    reread_slot_map,
+    server_of,
+)
 from .durations import MAX_SECONDS
 
 __all__ = [
@@ -48,406 +45,12 @@ __all__ = [
     "RAISE_FENCE",
     "RELEASE",
     "Script",
-    "adrop_stale_connections",
-    "aexecute",
-    "await_wake",
-    "drop_stale_connections",
-    "execute",
-    "execute_many",
-    "follow_sentinel",
-    "request_sent",
-    "reread_slot_map",
-    "wait_for_wake",
 ]
 
 # Fencing counters are kept this long after the last acquisition (bounded memory: a name not
 # locked for a day costs nothing). Tokens stay strictly increasing across that expiry because a
 # new counter starts from the server clock in microseconds, which is past any earlier token.
 FENCE_TTL_MS = 24 * 3600 * 1000
-
-
-def _pack(args: Sequence[Any]) -> bytes:
-    """One command in RESP. Ours are made of str, bytes and int only, and packing them here is
-    several times cheaper than redis-py's general-purpose packer, on the hottest path we have."""
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        if isinstance(arg, str):
-            arg = arg.encode("utf-8", "surrogatepass")
-        elif isinstance(arg, int):
-            arg = b"%d" % arg
-        elif isinstance(arg, float):
-            arg = repr(arg).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
-    return b"".join(parts)
-
-
-def request_sent(error: BaseException) -> bool:
-    """Whether a request that failed with ``error`` may have run in Redis all the same: False
-    for an error reply, and for a connection that could not be made (nothing was sent)."""
-    return not isinstance(error, ResponseError) and getattr(error, "request_sent", True)
-
-
-def _unsent(error: RedisError) -> None:
-    error.request_sent = False  # type: ignore[attr-defined]
-
-
-@contextlib.contextmanager
-def _borrowed(client: Any) -> Iterator[Any]:
-    """A connection of ``client``'s pool for a few commands, given back afterwards."""
-    pool = client.connection_pool
-    try:
-        connection = pool.get_connection()
-    except RedisError as error:
-        _unsent(error)
-        raise
-    try:
-        yield connection
-    except ResponseError:
-        raise  # a complete error reply: the connection is still in step
-    except BaseException:
-        # Timeout, dropped connection, or an interrupt in the middle of a blocking command:
-        # a reply may still be on its way, so this connection must not be reused.
-        connection.disconnect()
-        raise
-    finally:
-        pool.release(connection)
-
-
-@contextlib.asynccontextmanager
-async def _aborrowed(client: Any) -> AsyncIterator[Any]:
-    """:func:`_borrowed` for a ``redis.asyncio`` client."""
-    pool = client.connection_pool
-    try:
-        connection = await pool.get_connection()
-    except RedisError as error:
-        _unsent(error)
-        raise
-    try:
-        yield connection
-    except ResponseError:
-        raise
-    except BaseException:
-        await connection.disconnect()
-        raise
-    finally:
-        await pool.release(connection)
-
-
-def _sooner(reply_timeout: float | None, socket_timeout: float | None) -> bool:
-    """Whether ``reply_timeout`` cuts a wait for a reply shorter than the socket timeout."""
-    return reply_timeout is not None and (socket_timeout is None or reply_timeout < socket_timeout)
-
-
-def _socket_timeout(pool: Any) -> float | None:
-    """The socket timeout a pool's connections get: configured, or their class's default."""
-    kwargs = pool.connection_kwargs
-    if "socket_timeout" in kwargs:
-        return cast("float | None", kwargs["socket_timeout"])
-    return _default_socket_timeout(pool.connection_class)
-
-
-@functools.cache
-def _default_socket_timeout(connection_class: type) -> float | None:
-    # redis-py 8.1 gives connections a 5 s default; earlier versions none (None).
-    for klass in connection_class.__mro__:
-        init = klass.__dict__.get("__init__")
-        parameter = inspect.signature(init).parameters.get("socket_timeout") if init else None
-        if parameter is not None and parameter.default is not inspect.Parameter.empty:
-            return cast("float | None", parameter.default)
-    return None
-
-
-def _no_reply(reply_timeout: float) -> RedisTimeoutError:
-    return RedisTimeoutError(f"Redis did not answer within {reply_timeout:.3g}s")
-
-
-def execute(
-    client: Any,
-    *args: Any,
-    reply_timeout: float | None = None,
-    if_silent: Callable[[], Sequence[Any]] | None = None,
-) -> Any:
-    """Send one command on a connection of ``client``'s pool, once, and return the raw reply.
-
-    Not ``client.execute_command``: that retries on timeouts and connection errors (redis-py 8
-    by default ten times, with back-off), which would turn "Redis is unreachable" into a long
-    hang, and could run a lock script twice (a re-entry counted twice). A lock operation is
-    tried once; the caller decides what a failure means.
-
-    ``reply_timeout``: raise ``TimeoutError`` (and drop the connection) when no reply came
-    within that many seconds, if that is sooner than the socket timeout (one server or
-    Sentinel; a Cluster client keeps its socket timeout). ``if_silent``: makes a command to send
-    after the first on the same connection, without waiting for its reply, when no reply
-    came in time: Redis runs it after the first, whenever it runs that one.
-    """
-    pool = getattr(client, "connection_pool", None)
-    if pool is None:
-        key = _routing_key(args) if hasattr(client, "get_node_from_key") else None
-        if key is None:  # a QuorumClient, or SCRIPT LOAD on every primary of a Cluster
-            return client.execute_command(*args)
-        # Redis Cluster: with its node named, redis-py sends the command once (still following
-        # MOVED and ASK, which mean it did not run) instead of retrying it after a timeout or
-        # a dropped connection, when it may have run.
-        return client.execute_command(*args, target_nodes=client.get_node_from_key(key))
-    with _borrowed(client) as connection:
-        connection.send_packed_command([_pack(args)])
-        try:
-            if (
-                reply_timeout is not None
-                and _sooner(reply_timeout, connection.socket_timeout)
-                and not connection.can_read(timeout=reply_timeout)
-            ):
-                raise _no_reply(reply_timeout)
-            if if_silent is None:
-                return connection.read_response()
-            # Left open on a timeout, for if_silent to follow on it (then dropped, by _borrowed).
-            return connection.read_response(disconnect_on_error=False)
-        except RedisTimeoutError:
-            if if_silent is not None:  # still open and in step: it runs after the first
-                with contextlib.suppress(RedisError, OSError):
-                    connection.send_packed_command([_pack(if_silent())], check_health=False)
-            raise
-
-
-def _routing_key(args: Sequence[Any]) -> Any:
-    """The key a command of ours is routed by on a Redis Cluster (None: no key)."""
-    name = str(args[0]).upper()
-    if name in ("EVALSHA", "EVAL"):
-        return args[3] if int(args[2]) else None
-    return args[1] if name != "SCRIPT" and len(args) > 1 else None
-
-
-def _server_of(client: Any, key: str) -> Any:
-    """The plain client of the server that holds ``key``: ``client`` itself, or for a Redis
-    Cluster client the current primary of the key's slot (``WAIT`` must follow the write on the
-    same connection, which the cluster client's own routing does not promise)."""
-    if hasattr(client, "connection_pool"):
-        return client
-    return client.get_redis_connection(client.get_node_from_key(key))
-
-
-def follow_sentinel(pool: Any) -> bool:
-    """For a Sentinel pool (False for any other): ask Sentinel where the primary is now. If it
-    moved, redis-py drops the pool's idle connections to the old one, and closes the others
-    when they come back."""
-    ask = getattr(pool, "get_master_address", None)
-    if ask is None:
-        return False
-    with contextlib.suppress(RedisError):
-        ask()
-    return True
-
-
-def reread_slot_map(cluster: Any) -> None:
-    """A Redis Cluster client whose slot moved or whose primary failed: read the slot map
-    again, so that the next call goes to the slot's owner now."""
-    with contextlib.suppress(RedisError, RedisClusterException):
-        cluster.nodes_manager.initialize()
-
-
-def drop_stale_connections(client: Any, key: str) -> None:
-    """After a write no replica confirmed: the server may be a primary that a failover has
-    replaced. Find out where the primary is now and drop the idle connections to the old one.
-
-    Idle ones only: another thread may be blocked on one of the others (a waiter); a Sentinel
-    pool closes those when they come back, once it knows the new primary's address.
-    """
-    pool = _server_of(client, key).connection_pool
-    if not follow_sentinel(pool):
-        pool.disconnect(inuse_connections=False)
-    if not hasattr(client, "connection_pool"):
-        reread_slot_map(client)
-
-
-async def adrop_stale_connections(client: Any) -> None:
-    """:func:`drop_stale_connections` for a ``redis.asyncio`` client (not a Cluster)."""
-    pool = client.connection_pool
-    if hasattr(pool, "get_master_address"):
-        with contextlib.suppress(RedisError):
-            await pool.get_master_address()
-    else:
-        await pool.disconnect(inuse_connections=False)
-
-
-def execute_acknowledged(
-    client: Any,
-    command: Sequence[Any],
-    replicas: int,
-    timeout_ms: int,
-    wanted: Callable[[Any], bool],
-) -> tuple[Any, int]:
-    """:func:`execute`, then, if ``wanted(reply)``, ``WAIT replicas timeout_ms`` on the same
-    connection (``WAIT`` counts the replicas that have this connection's writes). Returns the
-    reply and the number of replicas that acknowledged (-1 when not asked)."""
-    with _borrowed(client) as connection:
-        connection.send_packed_command([_pack(command)])
-        reply = connection.read_response()
-        acknowledged = -1
-        if wanted(reply):
-            connection.send_packed_command([_pack(("WAIT", replicas, timeout_ms))])
-            acknowledged = int(connection.read_response())
-        return reply, acknowledged
-
-
-async def aexecute_acknowledged(
-    client: Any,
-    command: Sequence[Any],
-    replicas: int,
-    timeout_ms: int,
-    wanted: Callable[[Any], bool],
-) -> tuple[Any, int]:
-    """:func:`execute_acknowledged` for a ``redis.asyncio`` client."""
-    async with _aborrowed(client) as connection:
-        await connection.send_packed_command([_pack(command)])
-        reply = await connection.read_response()
-        acknowledged = -1
-        if wanted(reply):
-            await connection.send_packed_command([_pack(("WAIT", replicas, timeout_ms))])
-            acknowledged = int(await connection.read_response())
-        return reply, acknowledged
-
-
-def execute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
-    """Send several commands in one round trip (a pipeline without MULTI), each once.
-
-    Error replies are returned in place, as exception instances, not raised.
-    """
-    replies = []
-    with _borrowed(client) as connection:
-        connection.send_packed_command([b"".join(_pack(command) for command in commands)])
-        for _ in commands:
-            try:
-                replies.append(connection.read_response())
-            except ResponseError as error:  # a complete error reply: still in step
-                replies.append(error)
-    return replies
-
-
-# BLPOP's own timeout is only checked when the server's event loop wakes (every 100 ms on an
-# idle server with the default hz 10), so it can overshoot by that much. When the time matters
-# (the wait ends, or the holder's lease does) the server is given longer and the client cuts the
-# wait itself, to the millisecond, at the price of a new connection next time. Otherwise the
-# server's timeout is used and the client allows it this much lateness.
-_SERVER_LATENESS = 0.5
-
-
-def _blpop_timeouts(seconds: float, exact: bool) -> tuple[float, float]:
-    """(timeout sent to the server, time the client waits for the reply)."""
-    if exact:
-        return seconds + 1.0, seconds
-    return seconds, seconds + _SERVER_LATENESS
-
-
-def _interrupted(error: RedisError) -> bool:
-    """A blocked wait that ended because the server went away or changed role: a failover
-    (Redis Cluster answers ``-UNBLOCKED`` to clients blocked on a primary that became a
-    replica, or ``MOVED``; Sentinel's demotion closes the connection), not a bad request."""
-    if isinstance(error, RedisConnectionError | RedisTimeoutError) or _redirected(error):
-        return True
-    return isinstance(error, ResponseError) and str(error).startswith("UNBLOCKED")
-
-
-def _redirected(error: RedisError) -> bool:
-    """``MOVED`` or ``ASK``: redis-py before 6 raises them as plain ``ResponseError`` outside
-    its Cluster client."""
-    return isinstance(error, MovedError | AskError) or (
-        isinstance(error, ResponseError) and str(error).startswith(("MOVED ", "ASK "))
-    )
-
-
-def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> bool:
-    """Block until something is pushed on ``key`` (True) or ``seconds`` pass (False).
-
-    A wait interrupted by a failover also returns False: the caller asks the lock again,
-    which fails at once if no primary answers, or goes on waiting on the new one.
-    """
-    if not hasattr(client, "connection_pool"):
-        if not hasattr(client, "get_node_from_key"):  # quorum mode: see quorum.py
-            return execute(client, "BLPOP", key, seconds) is not None
-        cluster, client = client, _server_of(client, key)  # timed here, on the node's own pool
-    else:
-        cluster = None
-    server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
-    try:
-        with _borrowed(client) as connection:
-            connection.send_packed_command([_pack(("BLPOP", key, server_timeout))])
-            if connection.can_read(timeout=client_timeout):
-                return connection.read_response() is not None
-            # Still blocked server-side: drop the connection rather than wait for the reply. A
-            # wake-up popped just now is not lost: the caller asks the queue again either way.
-            connection.disconnect()
-            return False
-    except RedisError as error:
-        if not _interrupted(error):
-            raise
-        if cluster is not None:
-            reread_slot_map(cluster)
-        return False
-
-
-async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> bool:
-    """:func:`wait_for_wake` for a ``redis.asyncio`` client."""
-    if not hasattr(client, "connection_pool"):  # Redis Cluster, or quorum mode (quorum.py)
-        try:
-            return await aexecute(client, "BLPOP", key, seconds) is not None
-        except RedisError as error:
-            if not _interrupted(error):
-                raise
-            return False
-    server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
-    try:
-        async with _aborrowed(client) as connection:
-            await connection.send_packed_command([_pack(("BLPOP", key, server_timeout))])
-            try:
-                reply = await asyncio.wait_for(connection.read_response(), client_timeout)
-            except asyncio.TimeoutError:
-                await connection.disconnect()
-                return False
-            return reply is not None
-    except RedisError as error:
-        if not _interrupted(error):
-            raise
-        return False
-
-
-async def aexecute(
-    client: Any,
-    *args: Any,
-    reply_timeout: float | None = None,
-    if_silent: Callable[[], Sequence[Any]] | None = None,
-) -> Any:
-    """:func:`execute` for a ``redis.asyncio`` client; ``if_silent`` is also sent when the
-    task is cancelled while it waits for the reply."""
-    if not hasattr(client, "connection_pool"):  # Redis Cluster, or quorum mode (quorum.py)
-        key = _routing_key(args) if hasattr(client, "get_node_from_key") else None
-        if key is None:
-            return await client.execute_command(*args)
-        # Named node: sent once, MOVED and ASK still followed (see execute()). The asyncio
-        # client reads the slot map on first use, not when built.
-        await client.initialize()
-        return await client.execute_command(*args, target_nodes=client.get_node_from_key(key))
-    if not _sooner(reply_timeout, _socket_timeout(client.connection_pool)):
-        return await _aexecute_once(client, args, if_silent)
-    try:  # the whole exchange: a new connection's handshake waits for Redis too
-        return await asyncio.wait_for(_aexecute_once(client, args, if_silent), reply_timeout)
-    except asyncio.TimeoutError:
-        raise _no_reply(cast(float, reply_timeout)) from None
-
-
-async def _aexecute_once(
-    client: Any, args: Sequence[Any], if_silent: Callable[[], Sequence[Any]] | None = None
-) -> Any:
-    async with _aborrowed(client) as connection:
-        await connection.send_packed_command([_pack(args)])
-        if if_silent is None:
-            return await connection.read_response()
-        try:
-            # Left open when cancelled or timed out, for if_silent to follow on it.
-            return await connection.read_response(disconnect_on_error=False)
-        except (asyncio.CancelledError, RedisTimeoutError):
-            with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
-                await connection.send_packed_command([_pack(if_silent())], check_health=False)
-            raise
 
 
 class Script:
@@ -487,18 +90,18 @@ class Script:
         """The script, then ``WAIT`` for ``replicas`` if ``wanted(reply)``: see
         :func:`execute_acknowledged`."""
         command = ("EVALSHA", self.sha, len(keys), *keys, *args)
-        server = _server_of(client, keys[0])
+        server = server_of(client, keys[0])
         try:
             return self._acknowledged(server, command, replicas, timeout_ms, wanted)
         except (ResponseError, RedisConnectionError) as exc:
-            if server is client or not (isinstance(exc, RedisConnectionError) or _redirected(exc)):
+            if server is client or not (isinstance(exc, RedisConnectionError) or redirected(exc)):
                 raise
             # This call (MOVED: the script did not run) or the next goes to the right primary.
             reread_slot_map(client)
             if isinstance(exc, RedisConnectionError):
                 raise
             return self._acknowledged(
-                _server_of(client, keys[0]), command, replicas, timeout_ms, wanted
+                server_of(client, keys[0]), command, replicas, timeout_ms, wanted
             )
 
     def _acknowledged(

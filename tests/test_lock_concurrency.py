@@ -9,8 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
-from django_redis_lock import Lock
-from django_redis_lock import scripts as scripts_module
+from django_redis_lock import Lock, commands
 from tests import workers
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -48,7 +47,7 @@ def test_no_lost_wake_ups(monkeypatch, redis_client):
     """20 waiters and a holder that releases and re-acquires 100 times: every waiter gets the
     lock, each woken by a release: none ever had to wait for a block to time out."""
     timeouts = []
-    original = scripts_module.wait_for_wake
+    original = commands.wait_for_wake
 
     def counting(client, key, seconds, **kwargs):
         woken = original(client, key, seconds, **kwargs)

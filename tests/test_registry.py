@@ -11,8 +11,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_redis_lock import Lock, LockLost, lock_force_released, registry
+from django_redis_lock.commands import execute_many
 from django_redis_lock.keys import lock_keys
-from django_redis_lock.scripts import execute_many
 
 
 def hold_many(client, count, prefix="bulk"):

@@ -5,7 +5,8 @@ import redis
 from redis.connection import Connection
 
 from django_redis_lock import Lock
-from django_redis_lock.scripts import EXTEND, _pack, execute, execute_many
+from django_redis_lock.commands import execute, execute_many, pack
+from django_redis_lock.scripts import EXTEND
 
 
 @pytest.mark.parametrize(
@@ -18,7 +19,7 @@ from django_redis_lock.scripts import EXTEND, _pack, execute, execute_many
     ],
 )
 def test_our_packing_matches_redis_pys(args):
-    assert _pack(args) == b"".join(Connection().pack_command(*args))
+    assert pack(args) == b"".join(Connection().pack_command(*args))
 
 
 def test_execute_sends_once_and_returns_the_raw_reply(redis_client):
