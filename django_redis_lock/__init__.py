@@ -14,7 +14,7 @@ from .exceptions import (
     LockNotOwned,
 )
 from .fencing import fenced_update
-from .lock import Lock
+from .lock import Claim, Lock
 from .management.base import AlreadyRunning, SingleInstanceCommand, SingleInstanceMixin
 from .mixins import LockableModelMixin
 from .once import run_once
@@ -33,6 +33,7 @@ __all__ = [
     "ALL",
     "UNSAFE",
     "AlreadyRunning",
+    "Claim",
     "DuplicateSubmission",
     "Lock",
     "LockBackendError",

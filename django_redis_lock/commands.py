@@ -25,6 +25,7 @@ __all__ = [
     "adrop_stale_connections",
     "aexecute",
     "aexecute_acknowledged",
+    "aexecute_many",
     "await_wake",
     "drop_stale_connections",
     "execute",
@@ -297,6 +298,27 @@ def execute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
     return replies
 
 
+async def aexecute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """:func:`execute_many` for a ``redis.asyncio`` client (a Cluster client: one by one)."""
+    if not hasattr(client, "connection_pool"):
+        replies = []
+        for command in commands:
+            try:
+                replies.append(await aexecute(client, *command))
+            except ResponseError as error:
+                replies.append(error)
+        return replies
+    replies = []
+    async with _aborrowed(client) as connection:
+        await connection.send_packed_command([b"".join(pack(command) for command in commands)])
+        for _ in commands:
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as error:
+                replies.append(error)
+    return replies
+
+
 # BLPOP's own timeout is only checked when the server's event loop wakes (every 100 ms on an
 # idle server with the default hz 10), so it can overshoot by that much. When the time matters
 # (the wait ends, or the holder's lease does) the server is given longer and the client cuts the
@@ -329,15 +351,18 @@ def redirected(error: RedisError) -> bool:
     )
 
 
-def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> bool:
-    """Block until something is pushed on ``key`` (True) or ``seconds`` pass (False).
+def _popped(reply: Any) -> Any:
+    """What ``BLPOP`` popped (its reply is ``[key, value]``), or None when it timed out."""
+    return None if reply is None else reply[1]
 
-    A wait interrupted by a failover also returns False: the caller asks the lock again,
+
+def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> Any:
+    """Block until something is pushed on ``key`` (returns it) or ``seconds`` pass (None).
+
+    A wait interrupted by a failover also returns None: the caller asks the lock again,
     which fails at once if no primary answers, or goes on waiting on the new one.
     """
     if not hasattr(client, "connection_pool"):
-        if not hasattr(client, "get_node_from_key"):  # quorum mode: see quorum.py
-            return execute(client, "BLPOP", key, seconds) is not None
         cluster, client = client, server_of(client, key)  # timed here, on the node's own pool
     else:
         cluster = None
@@ -346,28 +371,29 @@ def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) 
         with _borrowed(client) as connection:
             connection.send_packed_command([pack(("BLPOP", key, server_timeout))])
             if connection.can_read(timeout=client_timeout):
-                return connection.read_response() is not None
+                return _popped(connection.read_response())
             # Still blocked server-side: drop the connection rather than wait for the reply. A
-            # wake-up popped just now is not lost: the caller asks the queue again either way.
+            # wake-up popped just now is not lost: it is a lease handed to us, which the
+            # caller finds its own when it asks the lock again.
             connection.disconnect()
-            return False
+            return None
     except RedisError as error:
         if not _interrupted(error):
             raise
         if cluster is not None:
             reread_slot_map(cluster)
-        return False
+        return None
 
 
-async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> bool:
+async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> Any:
     """:func:`wait_for_wake` for a ``redis.asyncio`` client."""
-    if not hasattr(client, "connection_pool"):  # Redis Cluster, or quorum mode (quorum.py)
+    if not hasattr(client, "connection_pool"):  # Redis Cluster
         try:
-            return await aexecute(client, "BLPOP", key, seconds) is not None
+            return _popped(await aexecute(client, "BLPOP", key, seconds))
         except RedisError as error:
             if not _interrupted(error):
                 raise
-            return False
+            return None
     server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
     try:
         async with _aborrowed(client) as connection:
@@ -376,12 +402,12 @@ async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = Tru
                 reply = await asyncio.wait_for(connection.read_response(), client_timeout)
             except asyncio.TimeoutError:
                 await connection.disconnect()
-                return False
-            return reply is not None
+                return None
+            return _popped(reply)
     except RedisError as error:
         if not _interrupted(error):
             raise
-        return False
+        return None
 
 
 async def aexecute(

@@ -29,7 +29,7 @@ from django.template.response import SimpleTemplateResponse
 from . import durations, replays, submissions
 from .conf import lock_settings
 from .exceptions import LockBackendError, LockError, LockLost, LockNotOwned
-from .lock import Lock
+from .lock import Claim, Lock
 
 __all__ = ["lock", "locked_method", "prevent_double_submit"]
 
@@ -38,7 +38,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 logger = logging.getLogger("django_redis_lock")
 
 
-def _name_maker(name: str | Callable[..., str], func: Callable[..., Any]) -> Callable[..., str]:
+def name_maker(name: str | Callable[..., str], func: Callable[..., Any]) -> Callable[..., str]:
+    """A function of a call's arguments giving a name: ``name`` itself if callable, else the
+    ``str.format`` template ``name`` filled from the bound arguments (or the plain string)."""
     if callable(name):
         return name
     if not isinstance(name, str):
@@ -66,7 +68,7 @@ def lock(name: str | Callable[..., str], **options: Any) -> Callable[[F], F]:
     Lock("validate-options", **options)  # bad options fail at import time, not at run time
 
     def decorator(func: F) -> F:
-        make_name = _name_maker(name, func)
+        make_name = name_maker(name, func)
 
         if iscoroutinefunction(func):
 
@@ -189,20 +191,21 @@ class _SubmissionGuard:
             replayable=self.replay and not submissions.ip_scoped(client),
         )  # fmt: skip
 
-    def refuse(self, request: HttpRequest, submission: _Submission, ctx: Any) -> Any:
+    def refuse(self, request: HttpRequest, submission: _Submission, claim: Claim) -> Any:
         """The answer to a request that did not get the lock: the first response replayed,
         or what the duplicate-submission view says (a coroutine if that view is async)."""
-        answer = self._duplicate(submission, ctx)
+        answer = self._duplicate(submission, claim)
         if isinstance(answer, HttpResponseBase):
             return answer
         return _duplicate_view()(request, answer)
 
     def _duplicate(
-        self, submission: _Submission, ctx: Any
+        self, submission: _Submission, claim: Claim
     ) -> submissions.DuplicateSubmission | HttpResponse:
         """Why a request that did not get the lock is not run, or the response to replay."""
-        if ctx.result is None:  # the first one is still running
-            holder = submission.lock._not_acquired(ctx)
+        if claim.result is None:  # the first one is still running
+            holder = claim.refusal
+            assert holder is not None
             # Its lease (renewed, 30 s by default) says little about when it ends; a retry
             # after `hold` seconds is answered from its result if it finished by then.
             wait = min(holder.ttl, submission.keep) if holder.ttl else submission.keep
@@ -211,7 +214,7 @@ class _SubmissionGuard:
                 status=409,
                 retry_after=submissions.retry_after(wait),
             )
-        finished = submissions.Finished.loads(ctx.result)
+        finished = submissions.Finished.loads(claim.result)
         if submission.idempotent and finished.fingerprint != submission.fingerprint:
             return submissions.DuplicateSubmission(
                 "This Idempotency-Key was used for a different request.",
@@ -328,14 +331,13 @@ def prevent_double_submit(
                 submission = guard.plan(request)
                 if submission is None:
                     return await view(request, *args, **kwargs)
-                ctx = submission.lock._begin(None, want_result=True)
                 try:
-                    acquired = await submission.lock._aacquire(ctx)
+                    claim = await submission.lock.aclaim(want_result=True)
                 except LockBackendError as error:
                     fallback = guard.unavailable(request, error)
                     return fallback or await view(request, *args, **kwargs)
-                if not acquired:
-                    refusal = guard.refuse(request, submission, ctx)
+                if not claim.acquired:
+                    refusal = guard.refuse(request, submission, claim)
                     return await refusal if asyncio.iscoroutine(refusal) else refusal
                 result = None
                 try:
@@ -347,7 +349,7 @@ def prevent_double_submit(
                     return response
                 finally:
                     with contextlib.suppress(LockNotOwned, LockBackendError):
-                        await submission.lock._release_call(result, submission.keep).arun()
+                        await submission.lock.arelease(result=result, result_ttl=submission.keep)
 
             return async_guarded  # type: ignore[return-value]
 
@@ -356,14 +358,13 @@ def prevent_double_submit(
             submission = guard.plan(request)
             if submission is None:
                 return view(request, *args, **kwargs)
-            ctx = submission.lock._begin(None, want_result=True)
             try:
-                acquired = submission.lock._acquire(ctx)
+                claim = submission.lock.claim(want_result=True)
             except LockBackendError as error:
                 fallback = guard.unavailable(request, error)
                 return fallback or view(request, *args, **kwargs)
-            if not acquired:
-                return guard.refuse(request, submission, ctx)
+            if not claim.acquired:
+                return guard.refuse(request, submission, claim)
             result = None
             try:
                 response = view(request, *args, **kwargs)
@@ -373,7 +374,7 @@ def prevent_double_submit(
                 # Nothing is kept when the view raised: a retry may run it again. A lost lock
                 # was reported when it was lost; an unreachable Redis lets the lease end.
                 with contextlib.suppress(LockNotOwned, LockBackendError):
-                    submission.lock._release_call(result, submission.keep).run()
+                    submission.lock.release(result=result, result_ttl=submission.keep)
 
         return guarded  # type: ignore[return-value]
 

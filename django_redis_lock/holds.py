@@ -25,7 +25,7 @@ __all__ = [
     "current_owner",
     "owner_description",
     "pid",
-    "reentrant_tokens",
+    "reentrant_holds",
 ]
 
 #: This process' pid, kept up to date across fork() rather than asked of the kernel on every
@@ -60,7 +60,8 @@ class Hold:
     lease: float  # seconds: the latest length the lease was given
     lease_ends_at: float  # monotonic: when the lease ends unless extended, as far as we know
     pid: int
-    count: int = 1
+    count: int = 1  # levels held (re-entrant locks count them here, not in Redis)
+    next_token: str = ""  # the waiter we expect first in line when we release ('' unknown)
     renewal: RenewedLease | None = None
     lost_reason: str | None = None
     # When a release was first tried (monotonic), until it completes; and whether a try that
@@ -68,9 +69,6 @@ class Hold:
     # retry that finds the lease gone knows whether it was our own release that got through.
     releasing_since: float | None = None
     release_may_have_run: bool = False
-    # "0" for a lock that is not re-entrant; else one per release of a level, the same for
-    # its retries, so that a retry whose first try got through does not take a second level.
-    release_nonce: str = "0"
 
     def ends_at(self) -> float:
         """When the lease ends (monotonic), by the latest renewal or extension we know of."""
@@ -113,42 +111,43 @@ class HoldWatch:
         return f"{self._owner_name}, which took it, has ended" if ended else None
 
 
-class ReentrantTokens:
-    """Which token each thread / task holds a re-entrant lock with, across Lock objects, so
-    that ``obj.lock()`` called again deeper in the same call stack re-enters the hold."""
+class ReentrantHolds:
+    """Which hold each thread / task has of each re-entrant lock, across Lock objects, so that
+    ``obj.lock()`` called again deeper in the same call stack re-enters the hold: a level more,
+    counted here, with no round trip (a thread's re-entry never leaves its process)."""
 
     def __init__(self) -> None:
         self.clear()
 
     def clear(self) -> None:
         self._lock = threading.Lock()
-        self._tokens: weakref.WeakKeyDictionary[object, dict[str, str]] = (
+        self._holds: weakref.WeakKeyDictionary[object, dict[str, Hold]] = (
             weakref.WeakKeyDictionary()
         )
 
-    def get(self, owner: object, key: str) -> str | None:
+    def get(self, owner: object, key: str) -> Hold | None:
         with self._lock:
-            return self._tokens.get(owner, {}).get(key)
+            return self._holds.get(owner, {}).get(key)
 
-    def set(self, owner: object, key: str, token: str) -> None:
+    def set(self, owner: object, key: str, hold: Hold) -> None:
         with self._lock:
-            self._tokens.setdefault(owner, {})[key] = token
+            self._holds.setdefault(owner, {})[key] = hold
 
-    def forget(self, owner: object, key: str, token: str) -> None:
+    def forget(self, owner: object, key: str, hold: Hold) -> None:
         with self._lock:
-            held = self._tokens.get(owner, {})
-            if held.get(key) == token:
+            held = self._holds.get(owner, {})
+            if held.get(key) is hold:
                 del held[key]
 
 
-reentrant_tokens = ReentrantTokens()
+reentrant_holds = ReentrantHolds()
 
 
 def _after_fork_in_child() -> None:
     global pid
     pid = os.getpid()
-    # The parent's tokens: re-entering with one would join the parent's hold.
-    reentrant_tokens.clear()
+    # The parent's holds: re-entering one would join the parent's hold.
+    reentrant_holds.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,11 +1,13 @@
 """Key layout: from a lock's readable name to the Redis keys that hold it.
 
-    <ns>{<tag>}            the lease (a hash: token, count, owner record, fence, ...)
+    <ns>{<tag>}            the lease (a string: token|since|fence|owner record, lease.py)
     <ns>{<tag>}:q          the waiters, first come first served (a list of tokens)
-    <ns>{<tag>}:d          each waiter's liveness deadline (a hash)
-    <ns>{<tag>}:f          the last fencing token
+    <ns>{<tag>}:d          each waiter's liveness deadline and owner record (a hash)
     <ns>{<tag>}:w:<token>  one waiter's wake-up list
     <ns>{<tag>}:r          the result of the guarded work, kept for duplicates (submissions)
+
+Only the lease exists while a lock is held uncontended; the queue keys exist while someone waits,
+and nothing is left once the lock is free.
     <ns>{!replay-budget}:<ms>  bytes of those results kept per client, per window (replays.py)
 
 where ``<ns>`` is ``<cache KEY_PREFIX>:<DJANGO_REDIS_LOCK_KEY_PREFIX>:`` (no cache prefix: just
@@ -17,7 +19,7 @@ All keys of one lock share the ``{<tag>}`` hash tag, so they live in one Redis C
 one Lua script may touch them all. The tag is the name itself when the name is short and made
 of plain characters (readable in ``redis-cli``); any other name (braces, spaces, unicode,
 glob characters, 10 kB of text) is hashed, prefixed with ``#`` so it can never equal a readable
-name. The readable name is always kept in the owner record.
+name; the owner record then keeps the readable name.
 
 The cache ``VERSION`` is deliberately ignored: bumping it in a rolling deploy must not split old
 and new processes into two lock namespaces.
@@ -27,14 +29,21 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
 
 from django.conf import settings
 
 from .conf import lock_settings
 from .connection import quorum_members
+from .core.flows import LockKeys
 
-__all__ = ["LockKeys", "lock_keys", "namespace", "readable_tag", "replay_budget_key"]
+__all__ = [
+    "LockKeys",
+    "lock_keys",
+    "name_in_key",
+    "namespace",
+    "readable_tag",
+    "replay_budget_key",
+]
 
 _READABLE = re.compile(r"[A-Za-z0-9._:/@+=-]{1,100}")
 
@@ -42,6 +51,12 @@ _READABLE = re.compile(r"[A-Za-z0-9._:/@+=-]{1,100}")
 def readable_tag(name: str) -> bool:
     """Whether ``name`` is its own tag in the keys (else the tag is a hash of it)."""
     return bool(_READABLE.fullmatch(name))
+
+
+def name_in_key(key: str) -> str | None:
+    """The readable name a lease key shows (None: the key holds a hash of the name)."""
+    tag = key[key.rfind("{") + 1 : -1] if key.endswith("}") else ""
+    return tag if tag and not tag.startswith("#") else None
 
 
 def _tag(name: str) -> str:
@@ -65,27 +80,8 @@ def namespace(alias: str | tuple[str, ...]) -> str:
     return f"{cache_prefix}:{ours}:" if cache_prefix else f"{ours}:"
 
 
-@dataclass(frozen=True)
-class LockKeys:
-    lease: str
-    queue: str
-    deadlines: str
-    fence: str
-    wake_prefix: str
-
-    def wake(self, token: str) -> str:
-        return self.wake_prefix + token
-
-
 def lock_keys(name: str, alias: str | tuple[str, ...]) -> LockKeys:
-    base = f"{namespace(alias)}{{{_tag(name)}}}"
-    return LockKeys(
-        lease=base,
-        queue=f"{base}:q",
-        deadlines=f"{base}:d",
-        fence=f"{base}:f",
-        wake_prefix=f"{base}:w:",
-    )
+    return LockKeys.of(f"{namespace(alias)}{{{_tag(name)}}}")
 
 
 def replay_budget_key(alias: str | tuple[str, ...], window_ms: int) -> str:

@@ -26,7 +26,7 @@ from asgiref.sync import iscoroutinefunction
 
 from . import durations
 from .exceptions import LockBackendError, LockNotOwned
-from .lock import Lock, _Call
+from .lock import Claim, Lock
 
 __all__ = ["run_once"]
 
@@ -61,32 +61,30 @@ class run_once:  # lower case: it is used like a function (decorator, context ma
 
     # -- context manager (sync and async) -------------------------------------------------
 
-    def _begin(self) -> tuple[Lock, Any]:
+    def _lock_of_key(self) -> Lock:
         if not isinstance(self.key, str):
             raise TypeError("As a context manager, run_once needs the key itself, a string.")
-        lock = self._lock_for(self.key)
-        return lock, lock._begin(None, want_result=True)
+        return self._lock_for(self.key)
 
-    def _claimed(self, lock: Lock, ctx: Any, acquired: bool) -> bool:
+    def _claimed(self, lock: Lock, claim: Claim) -> bool:
         """True: run the work. False: it was done already. Raises when it is still running
         elsewhere after ``wait``."""
-        if acquired:
+        if claim.acquired:
             self._lock = lock
             return True
-        if ctx.result is None:
-            raise lock._not_acquired(ctx)
+        if claim.result is None:
+            assert claim.refusal is not None
+            raise claim.refusal
         return False
 
-    def _release_call(self, exc_type: type[BaseException] | None) -> _Call | None:
-        lock, self._lock = self._lock, None
-        if lock is None:
-            return None
+    def _finishing(self, exc_type: type[BaseException] | None) -> tuple[Lock | None, bytes | None]:
         # Marked done only when the work succeeded: a failure leaves it to the next delivery.
-        return lock._release_call(_DONE if exc_type is None else None, self.ttl)
+        lock, self._lock = self._lock, None
+        return lock, (_DONE if exc_type is None else None)
 
     def __enter__(self) -> bool:
-        lock, ctx = self._begin()
-        return self._claimed(lock, ctx, lock._acquire(ctx))
+        lock = self._lock_of_key()
+        return self._claimed(lock, lock.claim(want_result=True))
 
     def __exit__(
         self,
@@ -94,14 +92,14 @@ class run_once:  # lower case: it is used like a function (decorator, context ma
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        call = self._release_call(exc_type)
-        if call is not None:
+        lock, result = self._finishing(exc_type)
+        if lock is not None:
             with contextlib.suppress(LockNotOwned, LockBackendError):
-                call.run()
+                lock.release(result=result, result_ttl=self.ttl)
 
     async def __aenter__(self) -> bool:
-        lock, ctx = self._begin()
-        return self._claimed(lock, ctx, await lock._aacquire(ctx))
+        lock = self._lock_of_key()
+        return self._claimed(lock, await lock.aclaim(want_result=True))
 
     async def __aexit__(
         self,
@@ -109,17 +107,17 @@ class run_once:  # lower case: it is used like a function (decorator, context ma
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        call = self._release_call(exc_type)
-        if call is not None:
+        lock, result = self._finishing(exc_type)
+        if lock is not None:
             with contextlib.suppress(LockNotOwned, LockBackendError):
-                await call.arun()
+                await lock.arelease(result=result, result_ttl=self.ttl)
 
     # -- decorator ---------------------------------------------------------------------------
 
     def __call__(self, func: F) -> F:
-        from .decorators import _name_maker
+        from .decorators import name_maker
 
-        make_key = _name_maker(self.key, func)
+        make_key = name_maker(self.key, func)
 
         def for_call(*args: Any, **kwargs: Any) -> run_once:
             return type(self)(

@@ -5,7 +5,8 @@
 
 This is the Redlock algorithm. Each server runs the same scripts as in single-server mode;
 :class:`QuorumClient` sends each script to every server at once and answers as the majority
-does, so ``Lock``, the watchdog and the guards built on them have no quorum-specific code:
+does, so ``Lock``, the watchdog and the guards built on them have no quorum-specific code
+beyond ``backends.QuorumBackend`` saying there is no queue:
 
 - an acquisition counts when a majority granted it within the lease minus the time the requests
   took and a clock-drift allowance (measured on the monotonic clock). Otherwise the servers
@@ -25,9 +26,10 @@ waiters look again after a short random delay (random, so that clients that spli
 lock's votes between them do not split them again in step), as Redlock prescribes. A release
 does not wake them; the hand-over takes a delay of 5-30 ms more than in single-server mode.
 
-Fencing tokens stay strictly increasing: when the servers that granted an acquisition gave
-different tokens, the largest is written back to all of them before the acquisition returns,
-so the next majority (which shares a server with this one) can only count on from there.
+Fencing tokens are the largest of the granting servers' clocks, in microseconds: strictly
+increasing as long as the servers' clocks agree to within the time between two acquisitions
+(a few milliseconds at least, since a waiter looks again after 5-30 ms); keep them in step with
+NTP.
 """
 
 from __future__ import annotations
@@ -37,8 +39,6 @@ import contextlib
 import logging
 import math
 import os
-import random
-import secrets
 import select
 import time
 from collections.abc import Callable, Sequence
@@ -50,8 +50,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from .commands import pack
+from .core.flows import LockKeys
 from .durations import clock_allowance
-from .scripts import ACQUIRE, EXTEND, FORCE_RELEASE, RAISE_FENCE, RELEASE, Script
+from .scripts import EXTEND, RELEASE, TAKE, Script
 
 __all__ = ["MIN_MEMBERS", "AsyncQuorumClient", "QuorumClient", "QuorumUnavailable", "members"]
 
@@ -60,17 +61,12 @@ MIN_MEMBERS = 3
 
 logger = logging.getLogger("django_redis_lock")
 
-# A waiter looks again after a random delay in this range, in seconds.
-_RETRY_DELAY = (0.005, 0.03)
 # Used when no server's client sets a socket timeout.
 _DEFAULT_REPLY_TIMEOUT = 5.0
 # Once the outcome is decided, the other servers get this long again (at least _GRACE_MIN s)
 # to answer too, so that a healthy server a little slower than the rest is not cut off (its
 # connection would have to be dropped), while a silent one does not hold the caller up.
 _GRACE_MIN = 0.002
-
-# acquire() modes of the ACQUIRE script (see scripts.py).
-_TRY, _LEAVE = 0, 3
 
 
 class QuorumUnavailable(RedisConnectionError):
@@ -159,10 +155,6 @@ def _is_list(reply: Any) -> bool:
     return isinstance(reply, list)
 
 
-def _retry_delay(at_most: float) -> float:
-    return min(at_most, random.uniform(*_RETRY_DELAY))
-
-
 class QuorumClient:
     """Runs the lock engine's commands on several independent Redis servers, as a majority.
 
@@ -189,11 +181,10 @@ class QuorumClient:
         self.reply_timeout = float(max((t for t in timeouts if t), default=_DEFAULT_REPLY_TIMEOUT))
         self._idle: list[list[_Link | None]] = []  # one connection per server each (_links)
         self._pid = os.getpid()
-        self._scripts: dict[str, Callable[[str, list[Any]], Any]] = {
-            ACQUIRE.sha: self._acquire,
+        self._scripts: dict[str, Callable[[list[str], list[Any]], Any]] = {
+            TAKE.sha: self._acquire,
             RELEASE.sha: self._release,
             EXTEND.sha: self._extend,
-            FORCE_RELEASE.sha: self._force_release,
         }
 
     def __repr__(self) -> str:
@@ -205,15 +196,12 @@ class QuorumClient:
         command = str(args[0]).upper()
         if command == "EVALSHA":
             sha, key_count = str(args[1]), int(args[2])
-            if key_count != 1 or sha not in self._scripts:
+            if sha not in self._scripts:
                 raise NotImplementedError(f"{self!r} runs only the lock engine's scripts.")
-            return self._scripts[sha](str(args[3]), list(args[4:]))
+            keys = [str(key) for key in args[3 : 3 + key_count]]
+            return self._scripts[sha](keys, list(args[3 + key_count :]))
         if command == "SCRIPT" and str(args[1]).upper() == "LOAD":
             return Script("loaded", str(args[2])).sha  # each server loads on demand (_run)
-        if command == "BLPOP":
-            # Nobody is woken in quorum mode (module docstring): look again after a delay.
-            time.sleep(_retry_delay(float(args[-1])))
-            return None
         if command in _READS:
             return self._read(command, args)
         raise NotImplementedError(f"{self!r} does not run {command}.")
@@ -343,7 +331,7 @@ class QuorumClient:
     def _run(
         self,
         script: Script,
-        key: str,
+        keys: Sequence[str],
         argv: Sequence[Any],
         *,
         timeout: float,
@@ -351,7 +339,7 @@ class QuorumClient:
         members: Sequence[int] | None = None,
     ) -> Replies:
         replies = self.broadcast(
-            ("EVALSHA", script.sha, 1, key, *argv),
+            ("EVALSHA", script.sha, len(keys), *keys, *argv),
             timeout=timeout,
             settled=settled,
             members=members,
@@ -359,7 +347,7 @@ class QuorumClient:
         for index, reply in replies.items():
             if isinstance(reply, NoScriptError):  # once per server and script, after a restart
                 try:
-                    replies[index] = script(self.clients[index], [key], argv)
+                    replies[index] = script(self.clients[index], keys, argv)
                 except RedisError as exc:
                     replies[index] = exc
         return replies
@@ -398,11 +386,8 @@ class QuorumClient:
 
     # -- the scripts, as a majority ------------------------------------------------------------
 
-    def _acquire(self, key: str, argv: list[Any]) -> Any:
-        token, lease_ms, mode, flags = str(argv[0]), int(argv[1]), int(argv[3]), str(argv[4])
-        if mode == _LEAVE:
-            return [0, 0, None]  # nobody queues in quorum mode
-        argv[3] = _TRY
+    def _acquire(self, keys: list[str], argv: list[Any]) -> Any:
+        token, lease_ms = str(argv[0]), int(argv[1])
         lease = lease_ms / 1000
         # A majority granted later than this is worthless.
         valid_for = lease - clock_allowance(lease)
@@ -415,26 +400,19 @@ class QuorumClient:
             return done or majority_granted(replies)
 
         replies = self._run(
-            ACQUIRE, key, argv, timeout=max(0.0, min(self.reply_timeout, valid_for)),
+            TAKE, keys, argv, timeout=max(0.0, min(self.reply_timeout, valid_for)),
             settled=settled,
         )  # fmt: skip
         granted = [index for index, reply in replies.items() if _is_list(reply) and reply[0] == 1]
         done = next((r for r in replies.values() if _is_list(r) and r[0] == 2), None)
         too_late = False
         if done is None and len(granted) >= self.majority:
-            fence = max(int(replies[index][1]) for index in granted)
-            if "f" in flags and any(int(replies[index][1]) != fence for index in granted):
-                fenced = self._run(
-                    RAISE_FENCE, key, [token, fence], members=granted,
-                    timeout=max(0.0, valid_for - (time.monotonic() - started)),
-                )  # fmt: skip
-                enough = sum(1 for reply in fenced.values() if reply == 1) >= self.majority
-            else:
-                enough = True
-            if enough and time.monotonic() - started < valid_for:
-                return [1, fence]
-            too_late = enough
-        self._undo(key, token, flags, replies, granted)
+            if time.monotonic() - started < valid_for:
+                # The servers' clocks differ a little: the largest token is the one to count on.
+                fence = max(int(replies[index][1]) for index in granted)
+                return [1, fence, lease_ms, ""]
+            too_late = True
+        self._undo(keys[0], token, replies, granted)
         if done is not None:
             return done
         refused = [reply for reply in replies.values() if _is_list(reply) and reply[0] == 0]
@@ -451,57 +429,48 @@ class QuorumClient:
             logger.warning(
                 "Quorum %s: no majority granted %s within its lease of %ss, less %.3fs for "
                 "clock drift: given back. Quorum leases must be far longer than a round trip.",
-                self.name, key, lease, clock_allowance(lease),
+                self.name, keys[0], lease, clock_allowance(lease),
             )  # fmt: skip
-        holder = next((reply for reply in refused if reply[2]), None)
+        holder = next((reply[2] for reply in refused if reply[2]), None)
         wait_ms = min((int(reply[1]) for reply in refused if int(reply[1]) > 0), default=1)
-        if holder is None:
-            return [0, wait_ms, None]
-        return [0, wait_ms, *holder[2:]]
+        return [0, wait_ms, holder]
 
-    def _undo(
-        self, key: str, token: str, flags: str, replies: Replies, granted: list[int]
-    ) -> None:
+    def _undo(self, lease: str, token: str, replies: Replies, granted: list[int]) -> None:
         """Give back what a failed acquisition got. Servers that did not answer may have
-        granted it too: they are told as well, but not waited for. (Not for a re-entry, where
-        a release would take back a level that the silent server may never have added.)"""
-        reentrant = "r" in flags
+        granted it too: they are told as well, but not waited for."""
         members = [
-            index
-            for index, reply in replies.items()
-            if index in granted or (not reentrant and not _answered(reply))
+            index for index, reply in replies.items() if index in granted or not _answered(reply)
         ]
         if not members:
             return
         with_grants = set(granted)
         self._run(
-            RELEASE, key, [token, secrets.token_hex(8) if reentrant else 0], members=members,
+            RELEASE, LockKeys.of(lease).release_keys(""), [token, ""], members=members,
             timeout=self.reply_timeout,
             settled=lambda answers: with_grants.issubset(answers),
         )  # fmt: skip
 
-    def _release(self, key: str, argv: list[Any]) -> int:
+    def _release(self, keys: list[str], argv: list[Any]) -> list[int]:
+        """[0] released by a majority, [-1] a majority says it was not ours (any more), [-2]
+        the key is not a lock (on a server that answered, where none released it)."""
         replies = self._run(
-            RELEASE, key, argv, timeout=self.reply_timeout,
-            settled=self._decided_by(lambda reply: isinstance(reply, int) and reply >= 0),
+            RELEASE, keys, argv, timeout=self.reply_timeout,
+            settled=self._decided_by(lambda reply: _is_list(reply) and int(reply[0]) >= 0),
         )  # fmt: skip
-        # Hold counts left (re-entrant locks): the level that a majority still holds.
-        left = sorted(
-            (reply for reply in replies.values() if isinstance(reply, int) and reply >= 0),
-            reverse=True,
-        )
-        if len(left) >= self.majority:
-            return left[self.majority - 1]
+        codes = [int(reply[0]) for reply in replies.values() if _is_list(reply)]
+        released = sum(1 for code in codes if code >= 0)
+        if released >= self.majority:
+            return [0]
         unknown = sum(1 for reply in replies.values() if not _answered(reply))
-        if len(left) + unknown >= self.majority:
+        if released + unknown >= self.majority:
             raise self._unavailable("release", replies)
-        return -1  # a majority says it was not ours (any more)
+        return [-2] if -2 in codes and not released else [-1]
 
-    def _extend(self, key: str, argv: list[Any]) -> int:
+    def _extend(self, keys: list[str], argv: list[Any]) -> int:
         lease = int(argv[1]) / 1000
         started = time.monotonic()
         replies = self._run(
-            EXTEND, key, argv, timeout=min(self.reply_timeout, lease / 3),
+            EXTEND, keys, argv, timeout=min(self.reply_timeout, lease / 3),
             settled=self._decided_by(lambda reply: reply == 1),
         )  # fmt: skip
         extended = sum(1 for reply in replies.values() if reply == 1)
@@ -512,12 +481,6 @@ class QuorumClient:
         if extended + unknown >= self.majority:
             raise self._unavailable("renew", replies)
         return 0
-
-    def _force_release(self, key: str, argv: list[Any]) -> int:
-        replies = self._run(FORCE_RELEASE, key, argv, timeout=self.reply_timeout)
-        if not any(_answered(reply) for reply in replies.values()):
-            raise self._unavailable("force-release", replies)
-        return int(any(reply == 1 for reply in replies.values()))
 
     def _read(self, command: str, args: Sequence[Any]) -> Any:
         replies = self.broadcast(
@@ -535,9 +498,14 @@ def _exists(answers: list[Any], majority: int) -> int:
     return int(sum(int(answer) for answer in answers) >= majority)
 
 
-def _agreed_value(answers: list[Any], majority: int) -> Any:
-    for answer in answers:
-        if answer is not None and answers.count(answer) >= majority:
+def _agreed_lease(answers: list[Any], majority: int) -> Any:
+    """The lease a majority agrees on: the same token (each server wrote its own ``since``
+    and fence), or None."""
+    tokens = [
+        answer.split(b"|", 1)[0] if isinstance(answer, bytes) else None for answer in answers
+    ]
+    for answer, token in zip(answers, tokens, strict=True):
+        if token is not None and tokens.count(token) >= majority:
             return answer
     return None
 
@@ -552,7 +520,7 @@ def _majority_pttl(answers: list[Any], majority: int) -> int:
 
 _READS: dict[str, Callable[[list[Any], int], Any]] = {
     "EXISTS": _exists,
-    "HGET": _agreed_value,
+    "GET": _agreed_lease,
     "PTTL": _majority_pttl,
 }
 
@@ -569,9 +537,6 @@ class AsyncQuorumClient:
         return f"<AsyncQuorumClient {self.quorum.name}>"
 
     async def execute_command(self, *args: Any) -> Any:
-        if str(args[0]).upper() == "BLPOP":
-            await asyncio.sleep(_retry_delay(float(args[-1])))
-            return None
         return await asyncio.to_thread(self.quorum.execute_command, *args)
 
     async def aclose(self) -> None:

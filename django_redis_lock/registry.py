@@ -11,24 +11,26 @@ Only the lease keys (``...{tag}``) are listed, not their siblings (queue, wake-u
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from redis.exceptions import RedisError
 
+from .backends import backend_for
+from .backends.drivers import run
 from .commands import execute, execute_many
 from .conf import lock_settings
 from .connection import lock_client
-from .keys import lock_keys, namespace, readable_tag
+from .core import flows
+from .core.lease import decode_lease
+from .keys import lock_keys, name_in_key, namespace, readable_tag
 from .lock import Lock
 from .quorum import QuorumClient
-from .scripts import FORCE_RELEASE
 from .signals import lock_force_released
 
 __all__ = [
@@ -70,10 +72,9 @@ class LockInfo:
     pid: int | None = None
     thread: str | None = None
     task: str | None = None
-    acquired_at: datetime | None = None  # by the Redis server's clock
+    acquired_at: datetime | None = None  # by the taker's clock (the server's, when handed over)
     lease: float | None = None
     fencing_token: int | None = None
-    hold_count: int | None = None
     valid: bool = True
     raw: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -102,7 +103,6 @@ class LockInfo:
             "ttl": round(self.ttl, 3) if self.expires else None,  # None: it never expires
             "lease": self.lease,
             "fencing_token": self.fencing_token,
-            "hold_count": self.hold_count,
             "token": self.token,
             "key": self.key,
             "valid": self.valid,
@@ -113,57 +113,50 @@ def _seconds_left(pttl: int) -> float:
     return math.inf if pttl == -1 else pttl / 1000
 
 
-def _info(key: str, record: dict[str, str], pttl: int) -> LockInfo:
-    token = record.get("token", "")
+def _info(key: str, value: Any, pttl: int) -> LockInfo:
     try:
-        owner = json.loads(record["owner"])
-        if not isinstance(owner, dict):
-            raise ValueError("not an object")
-        since = int(record["since"])
-    except (KeyError, ValueError):
+        lease = decode_lease(value)
+    except ValueError:
         return LockInfo(
-            key=key, name=key, token=token, ttl=_seconds_left(pttl), valid=False, raw=record
-        )
-    fence = int(record.get("fence") or 0)
+            key=key, name=key, token="", ttl=_seconds_left(pttl), valid=False,
+            raw={"value": _text(value)},
+        )  # fmt: skip
+    owner = lease.owner
     return LockInfo(
         key=key,
-        name=str(owner.get("name", key)),
-        token=token,
+        name=owner.name or name_in_key(key) or key,
+        token=lease.token,
         ttl=_seconds_left(pttl),
-        label=owner.get("label"),
-        host=owner.get("host"),
-        pid=owner.get("pid"),
-        thread=owner.get("thread"),
-        task=owner.get("task"),
-        acquired_at=datetime.fromtimestamp(since / 1000, tz=timezone.utc),
-        lease=owner.get("lease"),
-        fencing_token=fence or None,
-        hold_count=int(record.get("count") or 1),
-        raw=record,
+        label=owner.label,
+        host=owner.host,
+        pid=owner.pid,
+        thread=owner.thread,
+        task=owner.task,
+        acquired_at=lease.acquired_at,
+        lease=owner.lease,
+        fencing_token=lease.fence or None,
+        raw={"value": _text(value)},
     )
 
 
 def _read(client: Any, keys: list[str]) -> Iterator[LockInfo]:
-    """Records and TTLs of ``keys``, in one round trip."""
+    """Leases and TTLs of ``keys``, in one round trip."""
     if not keys:
         return
     replies = execute_many(
-        client, [command for key in keys for command in (("HGETALL", key), ("PTTL", key))]
+        client, [command for key in keys for command in (("GET", key), ("PTTL", key))]
     )
     for index, key in enumerate(keys):
-        record, pttl = replies[2 * index], replies[2 * index + 1]
+        value, pttl = replies[2 * index], replies[2 * index + 1]
         if isinstance(pttl, Exception):
             raise pttl
-        if isinstance(record, Exception):
-            # Not a hash: someone else's key in our namespace. Show it, do not crash.
+        if isinstance(value, Exception):
+            # Not a string: someone else's key in our namespace. Show it, do not crash.
             yield LockInfo(key=key, name=key, token="", ttl=_seconds_left(int(pttl)), valid=False)
             continue
-        if not record or pttl == -2:  # expired between the SCAN and the read
+        if value is None or pttl == -2:  # expired between the SCAN and the read
             continue
-        if isinstance(record, list):  # RESP2 without a response callback: flat pairs
-            record = dict(zip(record[::2], record[1::2], strict=True))
-        decoded = {_text(name): _text(value) for name, value in record.items()}
-        yield _info(key, decoded, int(pttl))
+        yield _info(key, value, int(pttl))
 
 
 def _patterns(match: str | None, alias: str) -> list[str]:
@@ -324,21 +317,23 @@ def force_release(
 ) -> bool:
     """Delete the lock ``name`` if it still carries ``token`` (the one that was shown).
 
-    Returns False, deleting nothing, when the lock changed hands (or is gone) meanwhile. Wakes
-    the next waiter. The former holder's renewal then reports the lock lost (``LockLost``).
+    Returns False, deleting nothing, when the lock changed hands (or is gone) meanwhile. Hands
+    the lock to the next waiter, if any. The former holder's renewal then reports the lock lost
+    (``LockLost``).
     Raises ``ValueError``, deleting nothing, when the key of ``name`` is not a lock (some
     other key in our namespace), and ``RedisError`` when Redis cannot be reached.
     """
     alias = using or lock_settings.CACHE_ALIAS
     client = lock_client(alias)
-    key = lock_keys(name, alias).lease
-    info = _lookup(client, key)
-    released = FORCE_RELEASE(client, [key], [token])
-    if released == -1:
+    keys = lock_keys(name, alias)
+    info = _lookup(client, keys.lease)
+    released = run(flows.release(keys, token, ""), backend_for(client))
+    if released == -2:
         raise ValueError(
-            f"{name!r} is not a lock: its key {key} holds something else. Nothing was deleted."
+            f"{name!r} is not a lock: its key {keys.lease} holds something else. Nothing was "
+            "deleted."
         )
-    if not released:
+    if released < 0:
         return False
     lock_force_released.send(
         sender=Lock, name=name, token=token, owner=info.as_dict() if info else None, by=by

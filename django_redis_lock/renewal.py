@@ -41,7 +41,9 @@ _RETRY_INTERVAL = 0.5
 class RenewedLease:
     """One held lease to keep alive. ``expires_at`` is monotonic: when the lease ends unless
     renewed (as far as this process knows). ``name`` is the lock's readable name, for logs;
-    ``abandoned()`` says why nobody can release the lease any more (None: someone may)."""
+    ``abandoned()`` says why nobody can release the lease any more (None: someone may).
+    ``until``: a lease of fixed length that was handed over short (``release.lua``): lengthened
+    once, to end then (monotonic), and not renewed after that."""
 
     client: Any
     key: str
@@ -50,15 +52,22 @@ class RenewedLease:
     on_lost: Callable[[str], None]
     name: str = ""
     abandoned: Callable[[], str | None] = field(default=lambda: None, repr=False)
+    until: float | None = None
     expires_at: float = 0.0
     due: float = field(default=0.0, repr=False)
     failure: str = ""  # why the latest renewal did not happen, while it is retried
 
     def confirmed(self, at: float, seconds: float | None = None) -> None:
         """Redis confirmed at ``at`` (monotonic) that the lease runs ``seconds`` from then."""
-        self.expires_at = at + (self.lease if seconds is None else seconds)
-        self.due = at + self.lease / 3
+        length = self.lease if seconds is None else seconds
+        self.expires_at = at + length
+        self.due = at + min(length, self.lease) / 3
         self.failure = ""
+
+    def milliseconds(self, now: float) -> int:
+        """The length to renew it with, from ``now``."""
+        seconds = self.lease if self.until is None else self.until - now
+        return max(1, int(seconds * 1000))
 
     def unrenewed(self) -> str:
         """Why the lease ended unrenewed, when Redis never said it was gone."""
@@ -194,19 +203,22 @@ class _Renewer:
         # would renew the lease there while it runs out on the new one (one query to a
         # Sentinel per renewal round).
         follow_sentinel(getattr(client, "connection_pool", None))
+        lengths = [lease.milliseconds(started) for lease in leases]
         try:
-            results = self._extend_all(client, leases)
+            results = self._extend_all(client, leases, lengths)
         except Exception as exc:
             # Whatever it was, these leases were not renewed: retried until they would end,
             # then reported lost (never left due, which would spin this thread).
             results = [exc] * len(leases)
         lost: list[tuple[RenewedLease, str]] = []
         with self._condition:
-            for lease, result in zip(leases, results, strict=True):
+            for lease, result, ms in zip(leases, results, lengths, strict=True):
                 if lease not in self._leases:
                     continue  # released meanwhile
                 if result == 1:
-                    lease.confirmed(started)
+                    lease.confirmed(started, ms / 1000)
+                    if lease.until is not None:  # lengthened as asked: done with it
+                        self._leases.discard(lease)
                 elif isinstance(result, Exception):
                     now = time.monotonic()
                     lease.failure = str(result)
@@ -227,18 +239,21 @@ class _Renewer:
             lease.on_lost(reason)
 
     @staticmethod
-    def _extend_all(client: Any, leases: list[RenewedLease]) -> list[Any]:
+    def _extend_all(client: Any, leases: list[RenewedLease], lengths: list[int]) -> list[Any]:
         replicas = lock_settings.MIN_REPLICAS
         if replicas and not isinstance(client, QuorumClient):
-            return [_extend_acknowledged(client, lease, replicas) for lease in leases]
+            return [
+                _extend_acknowledged(client, lease, ms, replicas)
+                for lease, ms in zip(leases, lengths, strict=True)
+            ]
         if len(leases) == 1 or not hasattr(client, "connection_pool"):
             return [
-                EXTEND(client, [lease.key], [lease.token, int(lease.lease * 1000)])
-                for lease in leases
+                EXTEND(client, [lease.key], [lease.token, ms])
+                for lease, ms in zip(leases, lengths, strict=True)
             ]
         commands = [
-            ("EVALSHA", EXTEND.sha, 1, lease.key, lease.token, int(lease.lease * 1000))
-            for lease in leases
+            ("EVALSHA", EXTEND.sha, 1, lease.key, lease.token, ms)
+            for lease, ms in zip(leases, lengths, strict=True)
         ]
         results = execute_many(client, commands)
         if any(isinstance(result, NoScriptError) for result in results):
@@ -247,7 +262,7 @@ class _Renewer:
         return results
 
 
-def _extend_acknowledged(client: Any, lease: RenewedLease, replicas: int) -> Any:
+def _extend_acknowledged(client: Any, lease: RenewedLease, ms: int, replicas: int) -> Any:
     """A renewal that counts only once ``replicas`` confirmed it, like an acquisition.
 
     A primary that no replica confirms may have been replaced by a failover that has not
@@ -257,7 +272,7 @@ def _extend_acknowledged(client: Any, lease: RenewedLease, replicas: int) -> Any
     timeout_ms = max(1, int(lock_settings.REPLICA_TIMEOUT * 1000))
     try:
         result, acknowledged = EXTEND.call_acknowledged(
-            client, [lease.key], [lease.token, int(lease.lease * 1000)], replicas, timeout_ms,
+            client, [lease.key], [lease.token, ms], replicas, timeout_ms,
             wanted=lambda reply: reply == 1,
         )  # fmt: skip
     except RedisError as exc:

@@ -24,32 +24,13 @@ from .conf import lock_settings
 from .connection import LockAlias, lock_client
 from .keys import replay_budget_key
 from .quorum import QuorumClient
-from .scripts import DURATION_CHECK, Script
+from .scripts import load_script
 
 __all__ = ["charge"]
 
 logger = logging.getLogger("django_redis_lock")
 
-# KEYS: the budget of one window (a hash: 'total', and the bytes kept per client)
-# ARGV: client, bytes, client_limit, total_limit, window_ms
-# Returns 1 when charged, 0 when the client's budget is spent, -1 when the total is.
-CHARGE = Script(
-    "charge_replay",
-    DURATION_CHECK
-    + """
-local window, bytes = duration(ARGV[5]), tonumber(ARGV[2])
-if tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') + bytes > tonumber(ARGV[3]) then
-  return 0
-end
-if tonumber(redis.call('HGET', KEYS[1], 'total') or '0') + bytes > tonumber(ARGV[4]) then
-  return -1
-end
-redis.call('HINCRBY', KEYS[1], ARGV[1], bytes)
-if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], window) end
-redis.call('HINCRBY', KEYS[1], 'total', bytes)
-return 1
-""",
-)
+CHARGE = load_script("charge_replay")
 
 _REFUSALS = {
     0: "the client's budget (DJANGO_REDIS_LOCK_REPLAY_CLIENT_MAX_BYTES) is spent",

@@ -68,3 +68,25 @@ def run_async(coroutine):
             await aclose_async_redis_clients()
 
     return asyncio.run(main())
+
+
+def read_lease(client, key):
+    """The lease stored at ``key``, decoded (None when there is none)."""
+    from django_redis_lock.core.lease import decode_lease
+
+    value = client.get(key)
+    return None if value is None else decode_lease(value)
+
+
+def lease_token(client, key):
+    """The token of the lease stored at ``key`` (None when there is none)."""
+    lease = read_lease(client, key)
+    return None if lease is None else lease.token
+
+
+def plant_lease(client, key, token="someone-else", px=None):
+    """Write a lease of another holder at ``key``, as that holder's acquisition would."""
+    from django_redis_lock.core.lease import OwnerRecord, encode_lease
+
+    value = encode_lease(token, 1, 0, OwnerRecord(10, 1, "elsewhere", "MainThread").encode())
+    client.set(key, value, px=px)

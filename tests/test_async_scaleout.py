@@ -99,9 +99,8 @@ def test_async_locks_through_sentinel(settings, redis_server_factory):
 
     async def main():
         async with Lock("async-sentinel", timeout=10) as held:
-            assert primary_client.hget(lock_keys("async-sentinel", "default").lease, "token") == (
-                held.token.encode()
-            )
+            lease = primary_client.get(lock_keys("async-sentinel", "default").lease)
+            assert lease.decode().split("|", 1)[0] == held.token
             waiter = asyncio.create_task(take_and_release(Lock("async-sentinel", wait=5)))
             while not primary_client.exists(lock_keys("async-sentinel", "default").queue):
                 await asyncio.sleep(0.005)

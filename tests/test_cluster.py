@@ -26,7 +26,7 @@ def test_lock_keys_share_one_slot(on_cluster):
     keys = lock_keys("orders:42", "default")
     slots = {
         on_cluster.keyslot(key)
-        for key in (keys.lease, keys.queue, keys.deadlines, keys.fence, keys.wake("t"))
+        for key in (keys.lease, keys.queue, keys.waiters, keys.result, keys.wake("t"))
     }
     assert len(slots) == 1
 

@@ -21,9 +21,10 @@ from django_redis_lock import (
     registry,
     run_once,
 )
+from django_redis_lock.core.lease import OwnerRecord, encode_lease
 from django_redis_lock.durations import MAX_SECONDS, milliseconds, seconds
 from django_redis_lock.keys import lock_keys
-from django_redis_lock.scripts import ACQUIRE, EXTEND, RELEASE
+from django_redis_lock.scripts import EXTEND, JOIN, RELEASE, TAKE
 from tests.conftest import django_redis_caches
 from tests.helpers import keys_without_ttl
 
@@ -123,17 +124,23 @@ def test_durations_are_sent_in_whole_milliseconds_rounded():
 @pytest.mark.parametrize("lease_ms", [10**17, 0, -5, 1.5, "soon"])
 def test_the_scripts_refuse_a_bad_duration_before_writing_anything(redis_client, lease_ms):
     client = get_redis_client()
-    key = lease_key("raw")
-    with pytest.raises(redis.ResponseError, match="invalid duration"):
-        ACQUIRE(client, [key], ["tok", lease_ms, "{}", 1, "f", 1000, ""])
-    with pytest.raises(redis.ResponseError, match="invalid duration"):
-        ACQUIRE(client, [key], ["tok", 1000, "{}", 1, "f", lease_ms, ""])  # liveness
+    keys = lock_keys("raw", "default")
+    key = keys.lease
+    joining = (key, keys.queue, keys.waiters, keys.wake("tok"), keys.result)
+    record = "10000|1|host|thread||||"
+    for script, args in (
+        (JOIN, ["tok", lease_ms, record, 1, "f", 1000]),
+        (JOIN, ["tok", 1000, record, 1, "f", lease_ms]),  # liveness
+        (TAKE, ["tok", lease_ms, record, "f"]),
+    ):
+        with pytest.raises(redis.ResponseError, match="invalid duration"):
+            script(client, joining[: 5 if script is JOIN else 1], args)
     assert redis_client.keys("*") == []
-    ACQUIRE(client, [key], ["tok", 10_000, "{}", 0, "", 1000, ""])
+    JOIN(client, joining, ["tok", 10_000, record, 1, "", 1000])
     with pytest.raises(redis.ResponseError, match="invalid duration"):
         EXTEND(client, [key], ["tok", lease_ms])
     with pytest.raises(redis.ResponseError, match="invalid duration"):
-        RELEASE(client, [key], ["tok", "0", b"result", lease_ms])
+        RELEASE(client, keys.release_keys(""), ["tok", "", b"result", lease_ms])
     assert redis_client.exists(key)  # still held: the release stopped before deleting
     assert keys_without_ttl(redis_client) == []
 
@@ -141,8 +148,6 @@ def test_the_scripts_refuse_a_bad_duration_before_writing_anything(redis_client,
 @pytest.mark.parametrize(
     ("planted_key", "kind", "options"),
     [
-        (":f", "hash", {"fencing": True}),  # the fencing counter, not a number
-        (":f", "string", {"fencing": True}),
         (":q", "string", {}),  # the queue, not a list: fails when a waiter joins it
         (":d", "string", {}),  # the waiters' deadlines, not a hash
     ],
@@ -217,7 +222,7 @@ def test_out_of_memory_never_leaves_a_key_without_expiry(redis_server_factory, s
 
 def test_ttl_shows_a_key_without_expiry_instead_of_hiding_it(redis_client, planted):
     key = lease_key("eternal")
-    redis_client.hset(key, mapping={"token": "t", "owner": '{"name": "eternal"}', "since": 1})
+    redis_client.set(key, encode_lease("t", 1, 0, OwnerRecord(5, 1, "host", "thread").encode()))
     planted.add(key)
     lock = Lock("eternal", timeout=5)
     assert lock.locked()

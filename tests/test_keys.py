@@ -1,4 +1,3 @@
-import json
 import re
 
 import pytest
@@ -6,7 +5,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from django_redis_lock import Lock
+from django_redis_lock import Lock, registry
 from django_redis_lock.keys import lock_keys, namespace
 from tests.conftest import django_redis_caches
 
@@ -15,7 +14,8 @@ def test_readable_names_are_kept():
     keys = lock_keys("reports:nightly", "default")
     assert keys.lease == "lock:{reports:nightly}"
     assert keys.queue == "lock:{reports:nightly}:q"
-    assert keys.fence == "lock:{reports:nightly}:f"
+    assert keys.waiters == "lock:{reports:nightly}:d"
+    assert keys.result == "lock:{reports:nightly}:r"
     assert keys.wake("abc") == "lock:{reports:nightly}:w:abc"
 
 
@@ -54,6 +54,6 @@ def test_any_name_locks_and_unlocks(redis_client, name):
     assert keys.lease.count("{") == 1
     assert keys.lease.endswith("}")
     assert redis_client.pttl(keys.lease) > 0
-    assert json.loads(redis_client.hget(keys.lease, "owner"))["name"] == name
+    assert registry.get_lock(name).name == name  # from the key, or kept in the lease
     lock.release()
     assert redis_client.exists(keys.lease) == 0

@@ -55,8 +55,9 @@ def test_no_lost_wake_ups(monkeypatch, redis_client):
             timeouts.append(key)
         return woken
 
-    # The package's `lock` attribute is the decorator, so patch the module through sys.modules.
-    monkeypatch.setattr(sys.modules["django_redis_lock.lock"], "wait_for_wake", counting)
+    monkeypatch.setattr(
+        sys.modules["django_redis_lock.backends.server"], "wait_for_wake", counting
+    )
     overlap = threading.Lock()
     acquired_by = []
 

@@ -60,7 +60,6 @@ def test_lock_info_fields(redis_client):
         assert 29 < info.ttl <= 30
         assert info.lease == 30
         assert info.fencing_token == held.fencing_token
-        assert info.hold_count == 1
         assert info.token == held.token
         assert info.valid
 
@@ -169,7 +168,7 @@ def test_cli_list_table_and_json():
         assert record["name"] == "cli:a"
         assert set(record) == {
             "name", "label", "host", "pid", "thread", "task", "acquired_at", "ttl", "lease",
-            "fencing_token", "hold_count", "token", "key", "valid",
+            "fencing_token", "token", "key", "valid",
         }  # fmt: skip
         out, _ = run("list", "--json", "--limit", "1")
         assert len(json.loads(out)) == 1

@@ -152,7 +152,7 @@ def test_an_unexpected_error_is_a_failed_renewal_not_a_spinning_thread(
     the lock is reported lost when its lease would have ended."""
     calls = []
 
-    def broken(client, leases):
+    def broken(client, leases, lengths):
         calls.append(time.monotonic())
         raise RuntimeError("not a RedisError")
 

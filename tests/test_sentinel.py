@@ -150,8 +150,8 @@ def _query(server, *command):
 
 
 def _token(server, name):
-    token = _query(server, "HGET", lock_keys(name, "default").lease, "token")
-    return token.decode() if token is not None else None
+    lease = _query(server, "GET", lock_keys(name, "default").lease)
+    return lease.decode().split("|", 1)[0] if lease is not None else None
 
 
 def _role(server):

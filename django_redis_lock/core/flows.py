@@ -1,0 +1,425 @@
+"""The lock operations as flows: generators that yield requests (``requests.py``) and receive
+replies, and return an outcome. They decide everything (what to send, what a reply means, how
+long to block, when to give up, how to step out of the queue on an error) and do no I/O: a
+sync and an async driver (``backends/drivers.py``) carry them out, so the two cannot drift
+(httpx's ``auth_flow``). Time comes from ``plan.clock``, so tests drive a flow with a fake
+clock and canned replies.
+
+Acquiring (``acquire``):
+
+1. a free lock is taken with a bare ``SET NX PX`` (``plan.first``), else ``take.lua`` (fencing,
+   results, quorum: one key, so it works on a Redis Cluster slot being moved too) or, for a
+   lock seen contended lately, straight away by ``join.lua``;
+2. if it is held and we may wait, ``join.lua`` queues us and we block on our wake-up list;
+   the holder's release hands us the lease and pushes a message there, so we hold the lock when
+   we wake. A block ends at the latest when the wait does, or when the holder's lease does (it
+   may have died without releasing), and every ``BLOCK_CAP`` seconds so the queue keeps
+   counting us alive;
+3. without a queue (quorum mode), we look again after a short random delay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .requests import Block, Command, Eval, Failover, Pipeline, Request, Sleep
+
+__all__ = [
+    "BLOCK_CAP",
+    "AcquirePlan",
+    "Acquired",
+    "Done",
+    "Flow",
+    "LockKeys",
+    "NotAcquired",
+    "Unconfirmed",
+    "acquire",
+    "extend",
+    "release",
+]
+
+Flow = Generator[Request, Any, Any]
+
+# The longest single block on a wake-up list. A waiter's liveness deadline is one block plus
+# LIVENESS_SLACK: the longest a waiter that died unannounced stays first in line.
+BLOCK_CAP = 2.0
+LIVENESS_SLACK = 1.0
+# Below this, a wait is not worth a blocking call: BLPOP's timeout 0 would mean "for ever".
+MIN_BLOCK = 0.001
+# The least time an acquisition gives Redis to answer one request, however short its wait: a
+# busy server is not a dead one. (Shorter socket timeouts still apply.)
+REPLY_FLOOR = 1.0
+# Without a queue (quorum mode), a waiter looks again after a random delay in this range.
+RETRY_DELAY = (0.005, 0.03)
+# join.lua's modes.
+QUEUE, TAKE_OR_LEAVE, LEAVE = 1, 2, 3
+
+
+@dataclass(frozen=True)
+class LockKeys:
+    """The keys of one lock (``keys.py`` names them)."""
+
+    lease: str
+    queue: str
+    waiters: str
+    result: str
+    wake_prefix: str
+
+    @classmethod
+    def of(cls, lease: str) -> LockKeys:
+        """The keys of the lock whose lease is ``lease`` (they share its hash tag)."""
+        return cls(lease, f"{lease}:q", f"{lease}:d", f"{lease}:r", f"{lease}:w:")
+
+    def wake(self, token: str) -> str:
+        return self.wake_prefix + token
+
+    def release_keys(self, expected: str) -> tuple[str, ...]:
+        """The keys ``release.lua`` is given, expecting ``expected`` first in line."""
+        wake = self.wake(expected) if expected else self.wake_prefix
+        return (self.lease, self.queue, self.waiters, wake, self.result)
+
+
+@dataclass
+class AcquirePlan:
+    """One acquisition: what to send, and the rules to follow."""
+
+    keys: LockKeys
+    token: str
+    lease_ms: int
+    record: str  # the owner record (lease.OwnerRecord.encode())
+    max_wait: float  # seconds; math.inf: for ever
+    clock: Callable[[], float]  # monotonic seconds
+    first: str = "set"  # the first try: a bare SET NX, "take" (take.lua) or "join" (queue)
+    queues: bool = True  # the backend has a queue to wait in (not quorum mode)
+    fencing: bool = False
+    want_result: bool = False  # answer with the guarded work's result when it is there
+    report_holder: Callable[[], bool] = lambda: False  # ask for the holder's record now?
+    on_contended: Callable[[Any], None] = lambda holder: None  # first time we must wait
+    retry_soon: Callable[[BaseException], bool] = lambda error: False  # e.g. TRYAGAIN
+    unreachable: Callable[[BaseException], bool] = lambda error: False  # no use telling it
+    replicas: int = 0
+    replica_timeout_ms: int = 0
+    started: float = field(default=0.0)
+
+
+@dataclass(frozen=True)
+class Acquired:
+    fence: int
+    lease_ms: int  # what the lease was given: shorter than asked when handed over by a release
+    sent_at: float  # the lease runs from no earlier than this (monotonic)
+    next_token: str  # the waiter first in line after us, as far as we know ('' none)
+    done: bool = False  # the guarded work's result is there (want_result): release, read it
+
+
+@dataclass(frozen=True)
+class NotAcquired:
+    holder: Any  # the holder's lease value as first seen, when asked for (else None)
+    pttl: int  # ms left on the holder's lease, when known (else 0)
+
+
+@dataclass(frozen=True)
+class Done:
+    result: bytes
+
+
+class Unconfirmed(Exception):
+    """Too few replicas confirmed a write within the time allowed (``MIN_REPLICAS``)."""
+
+    def __init__(self, acknowledged: int, replicas: int) -> None:
+        super().__init__(f"{acknowledged} of {replicas} replicas confirmed")
+        self.acknowledged = acknowledged
+        self.replicas = replicas
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _from_message(message: Any, sent_at: float) -> Acquired:
+    """A release's wake-up message: ``fence|lease_ms|done|next token``."""
+    fence, lease_ms, done, next_token = _text(message).split("|", 3)
+    return Acquired(int(fence), int(lease_ms), sent_at, next_token, done == "1")
+
+
+def _budget(remaining: float) -> float | None:
+    """How long one request may go unanswered: the wait left, but at least REPLY_FLOOR (None:
+    for ever, and the socket timeout decides). So acquire(wait=1) against a stalled Redis
+    gives up after about a second."""
+    return None if remaining == math.inf else max(remaining, REPLY_FLOOR)
+
+
+def give_back(keys: LockKeys, token: str) -> Eval:
+    """Sent after an acquisition request whose reply we gave up on (too slow, cancelled), on
+    the same connection: the lease that request may have granted goes back instead of being
+    held for a lease by nobody."""
+    return Eval("release", keys.release_keys(""), (token, ""))
+
+
+def acquire(plan: AcquirePlan) -> Flow:
+    """Returns :class:`Acquired`, :class:`NotAcquired` or :class:`Done`; raises
+    :class:`Unconfirmed` when replicas did not confirm a grant (given back first)."""
+    keys, token, clock = plan.keys, plan.token, plan.clock
+    deadline = plan.started + plan.max_wait
+    if plan.first == "set":
+        sent_at = clock()
+        value = f"{token}|{_epoch_ms()}|0|{plan.record}"
+        reply = yield Command(
+            ("SET", keys.lease, value, "NX", "PX", plan.lease_ms),
+            reply_timeout=_budget(deadline - sent_at),
+            give_back=give_back(keys, token),
+        )
+        if reply is not None:
+            return Acquired(0, plan.lease_ms, sent_at, "")
+        if deadline <= clock():  # not waiting: who holds it, for the caller's error
+            holder, pttl = yield Pipeline((("GET", keys.lease), ("PTTL", keys.lease)))
+            for answer in (holder, pttl):
+                if isinstance(answer, BaseException):
+                    raise answer
+            return NotAcquired(holder, int(pttl))
+    if plan.first == "take" or not plan.queues:
+        outcome = yield from _poll(plan)
+        if not isinstance(outcome, Waiting):
+            return outcome
+    return (yield from _wait_in_line(plan))
+
+
+def _epoch_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """take.lua found the lock held, and we may wait in line for it."""
+
+
+def _poll(plan: AcquirePlan) -> Flow:
+    """take.lua: try; with a queue, join it when the lock is held; without (quorum mode), look
+    again after a short random delay until the wait is over."""
+    keys, clock = plan.keys, plan.clock
+    deadline = plan.started + plan.max_wait
+    flags = ("f" if plan.fencing else "") + ("d" if plan.want_result else "")
+    # One key unless the result is wanted: on a Redis Cluster slot being moved, a script with
+    # several keys waits for the move to end (TRYAGAIN) unless all are on one side.
+    taking = (keys.lease, keys.result) if plan.want_result else (keys.lease,)
+    holder: Any = None
+    contended = False
+    while True:
+        sent_at = clock()
+        reply = yield Eval(
+            "take", taking, (plan.token, plan.lease_ms, plan.record, flags),
+            reply_timeout=_budget(deadline - sent_at),
+        )  # fmt: skip
+        if int(reply[0]) == 1:
+            return Acquired(int(reply[1]), int(reply[2]), sent_at, "")
+        if int(reply[0]) == 2:
+            return Done(reply[1])
+        pttl = int(reply[1])
+        holder = holder or reply[2]
+        remaining = deadline - clock()
+        if remaining <= 0:
+            return NotAcquired(holder, pttl)
+        if plan.queues:
+            return Waiting()
+        if not contended:
+            contended = True
+            plan.on_contended(holder)
+        yield Sleep(min(remaining, random.uniform(*RETRY_DELAY)))
+
+
+def _wait_in_line(plan: AcquirePlan) -> Flow:
+    keys, token, clock = plan.keys, plan.token, plan.clock
+    deadline = plan.started + plan.max_wait
+    join_keys = (keys.lease, keys.queue, keys.waiters, keys.wake(token), keys.result)
+    holder: Any = None
+    pttl = 0
+    queued = contended = False
+    try:
+        while True:
+            sent_at = clock()
+            remaining = deadline - sent_at
+            mode = QUEUE if remaining > 0 else TAKE_OR_LEAVE
+            flags = ("f" if plan.fencing else "") + ("d" if plan.want_result else "")
+            if mode != QUEUE or (not contended and plan.report_holder()):
+                flags += "o"
+            liveness = min(max(remaining, 0.0), BLOCK_CAP) + LIVENESS_SLACK
+            args = (token, plan.lease_ms, plan.record, mode, flags, int(liveness * 1000))
+            try:
+                reply = yield _confirmed(
+                    plan,
+                    Eval(
+                        "join", join_keys, args,
+                        reply_timeout=_budget(remaining),
+                        give_back=give_back(keys, token),
+                    ),
+                )  # fmt: skip
+            except Exception as error:
+                if not plan.retry_soon(error):
+                    raise
+                # The lock's keys are being moved (Redis Cluster): look again shortly, and
+                # when the wait is over, it was held (or we would not be in this loop).
+                if deadline - clock() <= 0:
+                    queued = False  # our liveness deadline passes: the queue skips us
+                    return NotAcquired(holder, pttl)
+                yield Sleep(min(deadline - clock(), random.uniform(*RETRY_DELAY)))
+                continue
+            if plan.replicas:
+                reply = yield from _check_replicas(plan, reply)
+            code = int(reply[0])
+            if code == 1:
+                queued = False
+                granted = Acquired(int(reply[1]), int(reply[2]), sent_at, "")
+                if reply[3]:
+                    granted = _from_message(reply[3], sent_at)
+                    if granted.done:
+                        return (yield from _result_instead(plan, granted))
+                return granted
+            if code == 2:
+                queued = False
+                return Done(reply[1])
+            pttl = int(reply[1])
+            holder = holder or reply[2] or None
+            if mode != QUEUE:
+                queued = False
+                return NotAcquired(holder, pttl)
+            queued = True
+            if not contended:
+                contended = True
+                plan.on_contended(holder)
+            remaining = deadline - clock()
+            if remaining <= 0:
+                continue
+            # Wake at the latest when the wait ends, or when the holder's lease does (it may
+            # have died without releasing): then the time must be kept exactly.
+            hint = pttl / 1000 + 0.001 if pttl > 0 else BLOCK_CAP
+            block = min(remaining, hint, BLOCK_CAP)
+            message = yield Block(keys.wake(token), max(MIN_BLOCK, block), block < BLOCK_CAP)
+            if message is not None:
+                queued = False
+                granted = _from_message(message, sent_at)
+                if granted.done:
+                    return (yield from _result_instead(plan, granted))
+                if plan.replicas:
+                    # The grant is the releaser's write: lengthen the lease ourselves, a write
+                    # of ours that WAIT can count.
+                    yield from _confirm_handoff(plan, granted)
+                    granted = Acquired(granted.fence, plan.lease_ms, clock(), granted.next_token,
+                                       granted.done)  # fmt: skip
+                return granted
+    except BaseException as error:
+        if queued and not plan.unreachable(error):
+            yield from _leave(keys, token, join_keys, plan.lease_ms, plan.record)
+        raise
+
+
+def _result_instead(plan: AcquirePlan, granted: Acquired) -> Flow:
+    """Handed the lock after the guarded work was done (``want_result``): pass it on, and
+    answer with the work's result."""
+    keys = plan.keys
+    result = yield Command(("GET", keys.result))
+    yield from release(keys, plan.token, granted.next_token, cleanup=True)
+    if result is None:  # expired meanwhile: nothing to answer with but "not acquired"
+        return NotAcquired(None, 0)
+    return Done(result)
+
+
+def _confirmed(plan: AcquirePlan, request: Eval) -> Eval:
+    if not plan.replicas:
+        return request
+    return Eval(
+        request.script, request.keys, request.args,
+        replicas=plan.replicas, replica_timeout_ms=plan.replica_timeout_ms,
+    )  # fmt: skip
+
+
+def _leave(
+    keys: LockKeys, token: str, join_keys: tuple[str, ...], lease_ms: int, record: str
+) -> Flow:
+    """Step out of the line, interrupted; a lease handed to us meanwhile is passed on."""
+    try:
+        reply = yield Eval(
+            "join", join_keys, (token, lease_ms, record, LEAVE, "", 1000), cleanup=True
+        )
+        if int(reply[0]) == 1:
+            yield from release(keys, token, "", cleanup=True)
+    except Exception:
+        pass  # our liveness deadline passes, and the queue skips us
+
+
+def _confirm_handoff(plan: AcquirePlan, granted: Acquired) -> Flow:
+    keys = plan.keys
+    reply, acknowledged = yield Eval(
+        "extend", (keys.lease,), (plan.token, plan.lease_ms),
+        replicas=plan.replicas, replica_timeout_ms=plan.replica_timeout_ms,
+    )  # fmt: skip
+    if int(reply) == 1 and acknowledged < plan.replicas:
+        yield from release(keys, plan.token, granted.next_token, cleanup=True)
+        yield Failover(keys.lease)
+        raise Unconfirmed(acknowledged, plan.replicas)
+
+
+def _check_replicas(plan: AcquirePlan, reply: Any) -> Flow:
+    """For a grant under ``MIN_REPLICAS``: give it back, and raise, unless enough replicas
+    confirmed it."""
+    reply, acknowledged = reply
+    if int(reply[0]) == 1 and acknowledged < plan.replicas:
+        yield from release(plan.keys, plan.token, "", cleanup=True)
+        yield Failover(plan.keys.lease)
+        raise Unconfirmed(acknowledged, plan.replicas)
+    return reply
+
+
+def release(
+    keys: LockKeys,
+    token: str,
+    expected: str,
+    *,
+    result: bytes | None = None,
+    result_ttl_ms: int = 0,
+    reply_timeout: float | None = None,
+    cleanup: bool = False,
+) -> Flow:
+    """Release the lease ``token`` holds, handing it to the first live waiter (``expected``:
+    the one we think is first). ``result``: kept ``result_ttl_ms`` for duplicates. Returns
+    0 (released), -1 (not ours: nothing touched) or -2 (the key is not a lock)."""
+    keep = (result, result_ttl_ms) if result is not None else ()
+    reply = yield Eval(
+        "release", keys.release_keys(expected), (token, expected, *keep),
+        reply_timeout=reply_timeout, cleanup=cleanup,
+    )  # fmt: skip
+    code = int(reply[0])
+    if code == 2:
+        # Handed to a waiter we did not expect: wake it. If this fails, it finds the lease its
+        # own when its block ends and it looks again.
+        head, message = _text(reply[1]), _text(reply[2])
+        ms = int(message.split("|", 2)[1])
+        with contextlib.suppress(Exception):
+            yield Pipeline(
+                (("RPUSH", keys.wake(head), message), ("PEXPIRE", keys.wake(head), ms)),
+                cleanup=True,
+            )
+    return 0 if code > 0 else code
+
+
+def extend(
+    keys: LockKeys, token: str, lease_ms: int, replicas: int = 0, timeout_ms: int = 0
+) -> Flow:
+    """Make the lease end ``lease_ms`` from now; False when it is no longer ours."""
+    reply = yield Eval(
+        "extend",
+        (keys.lease,),
+        (token, lease_ms),
+        replicas=replicas,
+        replica_timeout_ms=timeout_ms,
+    )
+    if replicas:
+        reply, acknowledged = reply
+        if int(reply) == 1 and acknowledged < replicas:
+            yield Failover(keys.lease)
+            raise Unconfirmed(acknowledged, replicas)
+    return int(reply) == 1

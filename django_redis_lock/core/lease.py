@@ -1,0 +1,141 @@
+"""A lease as Redis stores it: one string, ``token|since_ms|fence|owner record``.
+
+One string rather than a hash: a free lock is taken with a bare ``SET key value NX PX ms``, and a
+held lock costs about 200 bytes of Redis memory (a hash with a JSON owner record cost 600).
+
+The owner record is positional, for people (the admin page, ``redis_locks``, the holder named
+in ``LockNotAcquired``): ``lease_ms|pid|host|thread|task|label|name``. Text fields have ``%`` and
+``|`` escaped; an empty field is "none". ``name`` is only written when the lock's key holds a
+hash of its name (``keys.py``); otherwise the key shows it. ``since_ms`` is when the lease was
+taken: by the taking client's clock for a bare ``SET``, the server's when a script wrote it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = ["Lease", "OwnerRecord", "decode_lease", "encode_lease", "held_by"]
+
+
+def _escape(text: str | None) -> str:
+    if not text:
+        return ""
+    if "%" in text or "|" in text:
+        return text.replace("%", "%25").replace("|", "%7C")
+    return text
+
+
+def _unescape(text: str) -> str | None:
+    if not text:
+        return None
+    if "%" in text:
+        return text.replace("%7C", "|").replace("%25", "%")
+    return text
+
+
+@dataclass(frozen=True)
+class OwnerRecord:
+    """Who holds (or waits for) a lock, as written in its lease."""
+
+    lease: float  # seconds
+    pid: int
+    host: str
+    thread: str
+    task: str | None = None
+    label: str | None = None
+    name: str | None = None
+
+    def encode(self) -> str:
+        return "|".join(
+            (
+                str(max(1, round(self.lease * 1000))),
+                str(self.pid),
+                _escape(self.host),
+                _escape(self.thread),
+                _escape(self.task),
+                _escape(self.label),
+                _escape(self.name),
+            )
+        )
+
+    @classmethod
+    def decode(cls, text: str) -> OwnerRecord:
+        """Raises ``ValueError`` for a record this module did not write."""
+        fields = text.split("|")
+        if len(fields) != 7:
+            raise ValueError(f"an owner record has 7 fields, not {len(fields)}")
+        lease_ms, pid, host, thread, task, label, name = fields
+        return cls(
+            lease=int(lease_ms) / 1000,
+            pid=int(pid),
+            host=_unescape(host) or "",
+            thread=_unescape(thread) or "",
+            task=_unescape(task),
+            label=_unescape(label),
+            name=_unescape(name),
+        )
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lease value, decoded."""
+
+    token: str
+    since_ms: int
+    fence: int  # 0: not fenced
+    owner: OwnerRecord
+
+    @property
+    def acquired_at(self) -> datetime:
+        return datetime.fromtimestamp(self.since_ms / 1000, tz=timezone.utc)
+
+    def describe(self, name: str | None = None) -> dict[str, Any]:
+        """The holder as a dict (``LockNotAcquired.owner``, signals)."""
+        owner = self.owner
+        described: dict[str, Any] = {
+            "name": owner.name or name,
+            "label": owner.label,
+            "host": owner.host,
+            "pid": owner.pid,
+            "thread": owner.thread,
+            "lease": owner.lease,
+            "acquired_at": self.since_ms / 1000,
+        }
+        if owner.task:
+            described["task"] = owner.task
+        return described
+
+
+def encode_lease(token: str, since_ms: int, fence: int, record: str) -> str:
+    """The value of a lease (``record``: an :meth:`OwnerRecord.encode`)."""
+    return f"{token}|{since_ms}|{fence}|{record}"
+
+
+def decode_lease(value: bytes | str) -> Lease:
+    """Raises ``ValueError`` for a value that is not a lease of ours."""
+    text = value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+    parts = text.split("|", 3)
+    if len(parts) != 4 or not parts[0]:
+        raise ValueError("not a lease: expected token|since|fence|record")
+    token, since, fence, record = parts
+    return Lease(token, int(since), int(fence), OwnerRecord.decode(record))
+
+
+def held_by(value: bytes | str | None, token: str) -> bool:
+    """Whether the lease value ``value`` (None: no lease) carries ``token``."""
+    if value is None:
+        return False
+    prefix = token + "|"
+    if isinstance(value, bytes):
+        return value.startswith(prefix.encode())
+    return value.startswith(prefix)
+
+
+def seconds_left(pttl: int) -> float | None:
+    """A ``PTTL`` reply in seconds: None for no key, ``math.inf`` for a key without expiry."""
+    if pttl == -2:
+        return None
+    return math.inf if pttl == -1 else pttl / 1000

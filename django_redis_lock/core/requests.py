@@ -1,0 +1,77 @@
+"""What a flow (``flows.py``) asks of Redis. A backend (``backends/``) carries each out, once,
+and sends back the reply, or throws the error into the flow."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Block", "Command", "Eval", "Failover", "Pipeline", "Request", "Sleep"]
+
+
+@dataclass(frozen=True)
+class Eval:
+    """Run a script of ``scripts.py`` (by its name, e.g. ``"join"``).
+
+    ``reply_timeout``: give up on the reply after that many seconds. ``give_back``: when no
+    reply came in time (or the caller was cancelled), send this after it on the same connection,
+    unread: Redis runs it after the first whenever it runs that one. ``replicas``: after a reply
+    that ``grants``, ``WAIT`` for that many replicas (``replica_timeout_ms``); the reply is then
+    ``(reply, replicas that acknowledged)``. ``cleanup``: sent while unwinding after an error or
+    a cancellation (the async driver shields it)."""
+
+    script: str
+    keys: tuple[str, ...]
+    args: tuple[Any, ...]
+    reply_timeout: float | None = None
+    give_back: Eval | None = None
+    replicas: int = 0
+    replica_timeout_ms: int = 0
+    cleanup: bool = False
+
+
+@dataclass(frozen=True)
+class Command:
+    """One plain command (``args``), with ``reply_timeout`` and ``give_back`` as for Eval."""
+
+    args: tuple[Any, ...]
+    reply_timeout: float | None = None
+    give_back: Eval | None = None
+    cleanup: bool = False
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Several commands on one key's server in one round trip; error replies come back in
+    place, as exceptions."""
+
+    commands: tuple[tuple[Any, ...], ...]
+    cleanup: bool = False
+
+
+@dataclass(frozen=True)
+class Block:
+    """Block until something is pushed on ``key`` (the reply is what was popped) or
+    ``seconds`` pass (None). ``exact``: the time matters (cut it to the millisecond)."""
+
+    key: str
+    seconds: float
+    exact: bool
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Wait, doing nothing (the driver sleeps: ``time.sleep`` or ``asyncio.sleep``)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Failover:
+    """The server that holds ``key`` may be a primary a failover replaced: find where the
+    primary is now, and drop the connections to the old one."""
+
+    key: str
+
+
+Request = Eval | Command | Pipeline | Block | Sleep | Failover

@@ -1,0 +1,493 @@
+"""What ``Lock`` keeps between round trips: its settings, its holds (one per thread or task),
+their renewal, and what each outcome of the core's flows means for them. Written once for the
+sync and the async API, which differ only in how they run a flow (``lock.py``)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import secrets
+import socket
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from redis.exceptions import RedisError
+
+from . import durations, holds, signals
+from .backends import Backend
+from .commands import request_sent
+from .conf import lock_settings
+from .connection import LockAlias, lock_client, quorum_members
+from .core import flows
+from .core.lease import OwnerRecord, decode_lease, held_by
+from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
+from .holds import Hold, HoldWatch, current_owner, owner_description, reentrant_holds
+from .keys import LockKeys, lock_keys, readable_tag
+from .renewal import RenewedLease, renewer
+
+__all__ = ["Claim", "Holding"]
+
+logger = logging.getLogger("django_redis_lock")
+
+_HOST = socket.gethostname()
+# How long after an acquisition had to wait the next one through the same object joins the
+# queue at once (one round trip saved per acquisition of a busy lock).
+_CONTENDED_MEMORY = 1.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What :meth:`Lock.claim` got: the lock (``acquired``), the guarded work's result
+    (``result``: it was done already), or neither (``refusal``: who holds it)."""
+
+    acquired: bool
+    result: bytes | None = None
+    refusal: LockNotAcquired | None = None
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a Lock takes from the settings, on first use."""
+
+    alias: LockAlias
+    keys: LockKeys
+    lease: float
+    renew: bool
+    wait: float
+
+
+@dataclass(eq=False)
+class Pending:
+    """An acquisition under way."""
+
+    owner: object
+    alias: LockAlias
+    plan: flows.AcquirePlan
+    lease: float
+    renew: bool
+
+
+@dataclass(eq=False)
+class Step:
+    """A release or an extension under way (``flow`` None: a re-entrant level, no I/O)."""
+
+    owner: object
+    alias: LockAlias
+    keys: LockKeys
+    hold: Hold
+    flow: flows.Flow | None
+    earlier_ran: bool = False  # release: an earlier try of it may have run in Redis
+    lease: float = 0.0  # extend: the new length
+    started: float = 0.0
+
+
+def _owner_of(value: Any, name: str) -> dict[str, Any] | None:
+    """The holder a lease value names, for people (None: unknown or unreadable)."""
+    if value is None:
+        return None
+    try:
+        return decode_lease(value).describe(name)
+    except ValueError:
+        return None
+
+
+class Holding:
+    """The bookkeeping half of :class:`~django_redis_lock.Lock` (its attributes are set
+    there)."""
+
+    _name: str
+    _label: str | None
+    _timeout: float | None
+    _wait: float | None
+    _auto_renew: bool | None
+    _reentrant: bool
+    _fencing: bool
+    _using: Any
+    _resolved: Resolved | None
+    _holds: weakref.WeakKeyDictionary[object, Hold]
+    _state: threading.Lock
+    _records: weakref.WeakKeyDictionary[object, tuple[tuple[Any, ...], str]]
+    _release_failed: bool
+    _contended_at: float
+
+    # -- who holds what ------------------------------------------------------------------------
+
+    def _hold(self) -> Hold | None:
+        return self._hold_of(current_owner())
+
+    def _hold_of(self, owner: object) -> Hold | None:
+        # In a forked child, the parent's holds are still in memory, but not the child's:
+        # the parent is still inside its critical section, so the child must not release
+        # or renew its lease, nor re-enter it. A re-entrant hold another Lock object released
+        # for good has no levels left.
+        hold = self._holds.get(owner)
+        return hold if hold is not None and hold.pid == holds.pid and hold.count > 0 else None
+
+    def _inherited(self, owner: object) -> bool:
+        """Whether ``owner``'s hold is one a forked child inherited from its parent."""
+        hold = self._holds.get(owner)
+        return hold is not None and hold.pid != holds.pid
+
+    def _held_or_raise(self, owner: object | None = None) -> Hold:
+        owner = current_owner() if owner is None else owner
+        hold = self._hold_of(owner)
+        if hold is None:
+            forked = " (its parent process holds it, not this forked child)"
+            raise LockNotOwned(
+                f"Lock {self._name!r} is not held by this thread/task through this Lock object"
+                f"{forked if self._inherited(owner) else ''}.",
+                name=self._name,
+            )
+        return hold
+
+    def _resolve(self) -> Resolved:
+        # Settings are read once, when the Lock is first used (then they are fixed for it).
+        if self._resolved is None:
+            alias = self._using or lock_settings.CACHE_ALIAS
+            if self._timeout is None:
+                lease = lock_settings.TIMEOUT
+                renew = lock_settings.AUTO_RENEW if self._auto_renew is None else self._auto_renew
+            else:
+                lease, renew = self._timeout, bool(self._auto_renew)
+            wait = self._wait if self._wait is not None else lock_settings.WAIT
+            self._resolved = Resolved(alias, lock_keys(self._name, alias), lease, renew, wait)
+        return self._resolved
+
+    def _alias_and_keys(self) -> tuple[LockAlias, LockKeys]:
+        resolved = self._resolve()
+        return resolved.alias, resolved.keys
+
+    def _owner_record(self, owner: object, lease: float) -> str:
+        # Built once per process, owner and lease: it is the same for every acquisition a
+        # long-lived Lock object makes from one thread (a thread may be renamed: checked too).
+        described = owner_description(owner)
+        key = (holds.pid, tuple(described.values()), lease)
+        cached = self._records.get(owner)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        record = OwnerRecord(
+            lease=lease, pid=os.getpid(), host=_HOST, thread=described["thread"],
+            task=described.get("task"), label=self._label,
+            name=None if readable_tag(self._name) else self._name,
+        ).encode()  # fmt: skip
+        self._records[owner] = (key, record)
+        return record
+
+    def _backend_error(self, action: str, exc: BaseException) -> LockBackendError:
+        if isinstance(exc, flows.Unconfirmed):
+            return LockBackendError(
+                f"Lock {self._name!r} was taken on the primary but only {exc.acknowledged} of "
+                f"the {exc.replicas} replicas required (DJANGO_REDIS_LOCK_MIN_REPLICAS) "
+                f"confirmed it within {lock_settings.REPLICA_TIMEOUT}s, so it was released "
+                "again: a failover now could have handed it to a second holder.",
+                name=self._name,
+            )
+        return LockBackendError(
+            f"Could not {action} lock {self._name!r}: {type(exc).__name__}: {exc}", name=self._name
+        )
+
+    # -- acquiring -----------------------------------------------------------------------------
+
+    def _prepare(self, wait: float | None, want_result: bool) -> Pending | Claim:
+        """Everything an acquisition needs before its first round trip; a :class:`Claim`
+        when it needs none (a re-entry, counted here)."""
+        owner = current_owner()
+        if wait is not None:
+            wait = durations.seconds(wait, "wait", wait=True, allow_inf=True)
+        resolved = self._resolve()
+        hold = self._hold_of(owner)
+        if hold is not None and not self._reentrant:
+            raise LockError(
+                f"Lock {self._name!r} is already held by this thread/task; "
+                "use reentrant=True to acquire it again.",
+                name=self._name,
+            )
+        if self._reentrant:
+            hold = hold or reentrant_holds.get(owner, resolved.keys.lease)
+            if hold is not None and hold.pid == holds.pid and hold.count > 0:
+                return self._reentered(owner, hold)
+        quorum = quorum_members(resolved.alias) is not None
+        replicas = self._replicas(quorum)
+        started = time.monotonic()
+        plan = flows.AcquirePlan(
+            keys=resolved.keys,
+            token=secrets.token_urlsafe(12),
+            lease_ms=durations.milliseconds(resolved.lease),
+            record=self._owner_record(owner, resolved.lease),
+            max_wait=resolved.wait if wait is None else wait,
+            clock=time.monotonic,
+            first=self._first_try(started, want_result, replicas, quorum),
+            queues=not quorum,
+            fencing=self._fencing,
+            want_result=want_result,
+            report_holder=self._contention_observed,
+            retry_soon=Backend.retry_soon,
+            unreachable=Backend.unreachable,
+            replicas=replicas,
+            replica_timeout_ms=max(1, int(lock_settings.REPLICA_TIMEOUT * 1000)),
+            started=started,
+        )
+        plan.on_contended = functools.partial(self._contended, plan)
+        return Pending(owner, resolved.alias, plan, resolved.lease, resolved.renew)
+
+    def _reentered(self, owner: object, hold: Hold) -> Claim:
+        if hold.lost_reason is not None:
+            raise self._lost_error(hold)
+        with self._state:
+            hold.count += 1
+            self._holds[owner] = hold
+        signals.lock_acquired.send(
+            sender=type(self), lock=self, name=self._name, label=self._label, waited=0.0,
+            fencing_token=hold.fence,
+        )  # fmt: skip
+        return Claim(True)
+
+    def _first_try(self, now: float, want_result: bool, replicas: int, quorum: bool) -> str:
+        """How an acquisition starts (see ``flows.acquire``)."""
+        if replicas or (not quorum and now - self._contended_at < _CONTENDED_MEMORY):
+            return "join"
+        if self._fencing or want_result or quorum:
+            return "take"
+        return "set"
+
+    @staticmethod
+    def _replicas(quorum: bool) -> int:
+        """Replicas that must confirm an acquisition."""
+        replicas = lock_settings.MIN_REPLICAS
+        if replicas and quorum:
+            raise ImproperlyConfigured(
+                "DJANGO_REDIS_LOCK_MIN_REPLICAS does not apply in quorum mode: its servers are "
+                "independent, with no replicas to wait for. Set it to 0 for quorum locks."
+            )
+        return int(replicas)
+
+    @staticmethod
+    def _contention_observed() -> bool:
+        # `receivers`, not has_listeners(): only a cheap "maybe" is needed here.
+        return bool(signals.lock_contended.receivers) or logger.isEnabledFor(logging.INFO)
+
+    def _contended(self, plan: flows.AcquirePlan, holder: Any) -> None:
+        self._contended_at = time.monotonic()
+        owner = _owner_of(holder, self._name)
+        described = owner or {}
+        logger.info(
+            "Waiting up to %ss for lock %r held by %s/%s",
+            plan.max_wait, self._name, described.get("host", "?"), described.get("pid", "?"),
+        )  # fmt: skip
+        signals.lock_contended.send(
+            sender=type(self), lock=self, name=self._name, label=self._label, owner=owner
+        )
+
+    def _settled(self, pending: Pending, outcome: Any) -> Claim:
+        """What an acquisition's outcome means for us."""
+        if isinstance(outcome, flows.Acquired):
+            self._acquired(pending, outcome)
+            return Claim(True)
+        if isinstance(outcome, flows.Done):
+            return Claim(False, result=outcome.result)
+        self._contended_at = time.monotonic()
+        max_wait = pending.plan.max_wait
+        if max_wait > 0:
+            logger.warning("Gave up on lock %r after waiting %ss", self._name, max_wait)
+        refusal = LockNotAcquired(
+            self._name,
+            ttl=outcome.pttl / 1000 if outcome.pttl > 0 else None,
+            owner=_owner_of(outcome.holder, self._name),
+            waited=max_wait,
+        )
+        return Claim(False, refusal=refusal)
+
+    def _acquired(self, pending: Pending, outcome: flows.Acquired) -> None:
+        owner, plan, lease = pending.owner, pending.plan, pending.lease
+        now = time.monotonic()
+        granted = outcome.lease_ms / 1000
+        fence = outcome.fence if self._fencing else None
+        hold = Hold(plan.token, fence, now, lease, outcome.sent_at + granted, holds.pid)
+        hold.next_token = outcome.next_token
+        if pending.renew or granted < lease:
+            # Renewed, or a lease handed over short (release.lua) that is lengthened once:
+            # weakly, so that a lease nobody can release any more is not renewed for ever.
+            watch = HoldWatch(hold, owner, self._report_lost)
+            hold.renewal = RenewedLease(
+                client=lock_client(pending.alias),
+                key=plan.keys.lease,
+                token=plan.token,
+                lease=lease,
+                on_lost=watch.lost,
+                name=self._name,
+                abandoned=watch.abandoned,
+                until=None if pending.renew else outcome.sent_at + lease,
+            )
+            hold.renewal.confirmed(outcome.sent_at, granted)
+            renewer.add(hold.renewal)
+        with self._state:
+            self._holds[owner] = hold
+        if self._reentrant:
+            reentrant_holds.set(owner, plan.keys.lease, hold)
+        waited = now - plan.started
+        logger.debug("Acquired lock %r after %.3fs", self._name, waited)
+        signals.lock_acquired.send(
+            sender=type(self), lock=self, name=self._name, label=self._label, waited=waited,
+            fencing_token=hold.fence,
+        )  # fmt: skip
+
+    # -- releasing and extending ---------------------------------------------------------------
+
+    def _release_step(self, result: bytes | None, result_ttl: float) -> Step:
+        owner = current_owner()
+        hold = self._held_or_raise(owner)
+        alias, keys = self._alias_and_keys()
+        if hold.count > 1 and hold.releasing_since is None:
+            with self._state:  # an inner level of a re-entrant lock: counted here only
+                hold.count -= 1
+            return Step(owner, alias, keys, hold, None)
+        # A try that failed (or was cancelled) may have got through before its reply was
+        # lost: a retry must not call the lease lost (_released).
+        if hold.releasing_since is None:
+            hold.releasing_since = time.monotonic()
+        earlier_ran = hold.release_may_have_run
+        hold.release_may_have_run = True  # until this try says otherwise (a cancel cannot)
+        if hold.renewal is not None:
+            renewer.remove(hold.renewal)  # the work is done: renewing now could only mislead
+        keep: dict[str, Any] = {}
+        if result is not None:
+            keep = {"result": result, "result_ttl_ms": durations.milliseconds(result_ttl)}
+        flow = flows.release(keys, hold.token, hold.next_token, **keep)
+        return Step(owner, alias, keys, hold, flow, earlier_ran)
+
+    def _release_failure(self, step: Step, exc: BaseException) -> LockBackendError:
+        self._release_failed = True
+        if isinstance(exc, RedisError):
+            step.hold.release_may_have_run = step.earlier_ran or request_sent(exc)
+        return self._backend_error("release", exc)
+
+    def _unsettled(self) -> Step | None:
+        """A release of this owner's hold that failed and was never retried. A new
+        acquisition finishes it first: the work it ended is over, and re-entering a hold whose
+        lease may be gone, and is no longer renewed, would be holding nothing."""
+        hold = self._hold()
+        return (
+            None if hold is None or hold.releasing_since is None else self._release_step(None, 0)
+        )
+
+    def _released(self, step: Step, code: int) -> None:
+        owner, keys, hold = step.owner, step.keys, step.hold
+        releasing_since, hold.releasing_since = hold.releasing_since, None
+        hold.release_may_have_run = False
+        if (
+            code == -1
+            and step.earlier_ran
+            and hold.lost_reason is None
+            and releasing_since is not None
+            and releasing_since < hold.ends_at() - durations.clock_allowance(hold.lease)
+        ):
+            # An earlier try was sent while the lease still ran, and its reply was lost: it
+            # went through, or the lease ended after the work under it had, so nobody
+            # overlapped us. (Unless someone deleted the lease meanwhile and that try never
+            # reached Redis: a loss we cannot tell from a lost reply, see docs/locks.md.)
+            code = 0
+            logger.debug("Lock %r: an earlier try of this release got through", self._name)
+        if code < 0:
+            self._forget(owner, keys, hold)
+            self._report_lost(hold, "its lease had ended before it was released")
+            raise LockNotOwned(
+                f"Lock {self._name!r} was no longer ours to release: its lease had ended "
+                "(and someone else may hold it now). Nothing was deleted.",
+                name=self._name,
+            )
+        with self._state:
+            hold.count = 0
+        self._forget(owner, keys, hold)
+        held = time.monotonic() - hold.acquired_at
+        logger.debug("Released lock %r after %.3fs", self._name, held)
+        signals.lock_released.send(
+            sender=type(self), lock=self, name=self._name, label=self._label, held=held
+        )
+
+    def _extend_step(self, seconds: float | None) -> Step:
+        owner = current_owner()
+        hold = self._held_or_raise(owner)
+        if seconds is None:
+            lease = self._resolve().lease
+        else:
+            lease = durations.seconds(seconds, "extend(seconds)")
+        alias, keys = self._alias_and_keys()
+        flow = flows.extend(keys, hold.token, durations.milliseconds(lease))
+        return Step(owner, alias, keys, hold, flow, lease=lease, started=time.monotonic())
+
+    def _extended(self, step: Step, extended: bool) -> None:
+        hold = step.hold
+        if not extended:
+            self._forget(step.owner, step.keys, hold)
+            self._report_lost(hold, "its lease had ended before it was extended")
+            raise LockNotOwned(
+                f"Lock {self._name!r} was no longer ours to extend.", name=self._name
+            )
+        hold.lease, hold.lease_ends_at = step.lease, step.started + step.lease
+        if hold.renewal is not None:
+            hold.renewal.confirmed(step.started, step.lease)
+
+    def _forget(self, owner: object, keys: LockKeys, hold: Hold) -> None:
+        if hold.renewal is not None:
+            renewer.remove(hold.renewal)
+        with self._state:
+            if self._holds.get(owner) is hold:
+                del self._holds[owner]
+        if self._reentrant:
+            reentrant_holds.forget(owner, keys.lease, hold)
+
+    # -- losses and errors ---------------------------------------------------------------------
+
+    def _report_lost(self, hold: Hold, reason: str) -> None:
+        """Make a loss loud, once: ERROR log, ``lock_lost`` signal, ``lock.lost``."""
+        with self._state:
+            if hold.lost_reason is not None:
+                return
+            hold.lost_reason = reason
+        if hold.renewal is not None:
+            renewer.remove(hold.renewal)
+        held = time.monotonic() - hold.acquired_at
+        logger.error(
+            "Lost lock %r (label %r) after holding it %.3fs: %s. Work done under it may have "
+            "overlapped another holder's.",
+            self._name, self._label, held, reason,
+        )  # fmt: skip
+        signals.lock_lost.send(
+            sender=type(self), lock=self, name=self._name, label=self._label, held=held,
+            reason=reason,
+        )  # fmt: skip
+
+    def _lost_error(self, hold: Hold) -> LockLost:
+        return LockLost(
+            f"Lock {self._name!r} was lost while held: {hold.lost_reason}.", name=self._name
+        )
+
+    def _exit_error(self, hold: Hold | None, exc: BaseException | None, error: LockError) -> None:
+        """A release at the end of a ``with`` block failed: say so without hiding ``exc``."""
+        if exc is not None:
+            logger.exception("Could not release lock %r after an error", self._name)
+        elif isinstance(error, LockNotOwned) and hold is not None:
+            raise self._lost_error(hold) from error
+        else:
+            raise error
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _holds_token(value: Any, hold: Hold) -> bool:
+        return held_by(value, hold.token)
+
+    def _seconds_left(self, pttl: Any) -> float | None:
+        milliseconds = int(pttl)
+        if milliseconds == -1:
+            logger.warning(
+                "Lock %r: its key %s never expires", self._name, self._resolve().keys.lease
+            )
+            return math.inf
+        return milliseconds / 1000 if milliseconds >= 0 else None

@@ -1,0 +1,68 @@
+-- join: the contended acquisition. Takes the lock if it is free; else queues the waiter (or
+-- refreshes its place), which then blocks on its own wake-up list (KEYS[4]) until a release
+-- hands it the lease (release.lua).
+--
+-- KEYS[1]  the lease
+-- KEYS[2]  the queue: waiters' tokens, first come first served
+-- KEYS[3]  the waiters: token -> 'liveness deadline ms|flags|owner record'
+-- KEYS[4]  our wake-up list
+-- KEYS[5]  the guarded work's result (kept by a release for duplicates)
+-- ARGV[1]  our token
+-- ARGV[2]  lease length, ms
+-- ARGV[3]  our owner record (see lease.py)
+-- ARGV[4]  mode: 1 take it or queue; 2 take it or leave the queue (the wait is over);
+--          3 leave the queue (interrupted)
+-- ARGV[5]  flags: 'f' give a fencing token; 'd' answer with the result (KEYS[5]) if there is
+--          one; 'o' return the holder's lease value when not acquired
+-- ARGV[6]  how long the queue may count us alive without hearing from us, ms
+--
+-- Returns {1, fence, pttl_ms, wake-up message or ''} when we hold the lease (taken now, or
+-- handed to us by a release), {0, pttl_ms, holder's lease value or false} when not,
+-- {2, result} with the 'd' flag when the guarded work is done already.
+local token, mode, flags = ARGV[1], tonumber(ARGV[4]), ARGV[5]
+local lease, liveness = duration(ARGV[2]), duration(ARGV[6])
+local holder = redis.call('GET', KEYS[1])
+
+local function leave()
+  if redis.call('HDEL', KEYS[3], token) == 1 then redis.call('LREM', KEYS[2], 1, token) end
+end
+
+if holder and string.sub(holder, 1, #token + 1) == token .. '|' then
+  -- Handed to us by a release while we were not blocked: its message is on our list.
+  local _, _, fence = lease_fields(holder)
+  return {1, fence, redis.call('PTTL', KEYS[1]), redis.call('LPOP', KEYS[4]) or ''}
+end
+if mode == 3 then
+  leave()
+  return {0, 0, false}
+end
+if string.find(flags, 'd', 1, true) then
+  local result = redis.call('GET', KEYS[5])
+  if result then
+    leave()
+    return {2, result}
+  end
+end
+if not holder then
+  leave()
+  local now, micros = server_time()
+  local fence = '0'
+  if string.find(flags, 'f', 1, true) then fence = string.format('%.0f', micros) end
+  redis.call('SET', KEYS[1], token .. '|' .. now .. '|' .. fence .. '|' .. ARGV[3], 'PX', lease)
+  return {1, fence, lease, ''}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if mode == 1 then
+  local now = server_time()
+  local entry = (now + liveness) .. '|' .. flags .. '|' .. ARGV[3]
+  -- Each key gets its expiry before the next command that could fail (a key of the wrong
+  -- type), and one longer than any waiter's liveness: it outlives the live waiters, not the dead.
+  local joining = redis.call('HSET', KEYS[3], token, entry) == 1
+  redis.call('PEXPIRE', KEYS[3], QUEUE_TTL_MS)
+  if joining then redis.call('RPUSH', KEYS[2], token) end
+  redis.call('PEXPIRE', KEYS[2], QUEUE_TTL_MS)
+else
+  leave()
+end
+if string.find(flags, 'o', 1, true) then return {0, pttl, holder} end
+return {0, pttl, false}

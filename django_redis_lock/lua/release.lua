@@ -1,0 +1,68 @@
+-- release: end our hold. When waiters are queued, the lease goes straight to the first live
+-- one (direct handoff): the release writes its lease and wakes it, so it enters with no round
+-- trip of its own. The handed lease is short (HANDOFF_MS at most) until the new holder
+-- lengthens it, so a waiter that died just before its turn holds nobody up for long.
+--
+-- KEYS[1]  the lease
+-- KEYS[2]  the queue
+-- KEYS[3]  the waiters
+-- KEYS[4]  the wake-up list of the waiter we expect first (ARGV[2]); any key of this lock
+--          when we expect nobody
+-- KEYS[5]  the guarded work's result
+-- ARGV[1]  the holder's token
+-- ARGV[2]  the token of the waiter we expect to be first ('' when unknown)
+-- ARGV[3]  optional: the guarded work's result, kept for duplicates
+-- ARGV[4]  with ARGV[3]: how long to keep it, ms
+--
+-- Returns {0} released, {-1} not ours (the lease ended or changed hands: nothing touched),
+-- {-2} the key is not a lock at all (nothing touched), {1, head} handed to the expected
+-- waiter and woken, {2, head, message} handed to another waiter, whom the caller wakes by
+-- pushing `message` on its wake-up list.
+local token, expected = ARGV[1], ARGV[2]
+if ARGV[3] then duration(ARGV[4]) end
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'table' and value.err then return {-2} end
+if not value then return {-1} end
+if string.sub(value, 1, #token + 1) ~= token .. '|' then
+  if not string.match(value, '^[^|]+|%d+|%d+|') then return {-2} end
+  return {-1}
+end
+if ARGV[3] then
+  -- Written before the lock changes hands, so no duplicate can slip in between.
+  redis.call('SET', KEYS[5], ARGV[3], 'PX', ARGV[4])
+end
+local head = redis.call('LPOP', KEYS[2])
+if head then
+  local now, micros = server_time()
+  while head do
+    local entry = redis.call('HGET', KEYS[3], head)
+    redis.call('HDEL', KEYS[3], head)
+    if entry then
+      local first = string.find(entry, '|', 1, true)
+      local second = string.find(entry, '|', first + 1, true)
+      local flags, record = string.sub(entry, first + 1, second - 1), string.sub(entry, second + 1)
+      if tonumber(string.sub(entry, 1, first - 1)) >= now then
+        local fence = '0'
+        if string.find(flags, 'f', 1, true) then
+          local _, _, previous = lease_fields(value)
+          fence = string.format('%.0f', math.max(micros, tonumber(previous) + 1))
+        end
+        local wanted = tonumber(string.sub(record, 1, string.find(record, '|', 1, true) - 1))
+        local ms = math.min(duration(wanted), HANDOFF_MS)
+        redis.call('SET', KEYS[1], head .. '|' .. now .. '|' .. fence .. '|' .. record, 'PX', ms)
+        local done = '0'
+        if string.find(flags, 'd', 1, true) and redis.call('EXISTS', KEYS[5]) == 1 then
+          done = '1'
+        end
+        local message = fence .. '|' .. ms .. '|' .. done .. '|' .. (redis.call('LINDEX', KEYS[2], 0) or '')
+        if head ~= expected then return {2, head, message} end
+        redis.call('RPUSH', KEYS[4], message)
+        redis.call('PEXPIRE', KEYS[4], ms)
+        return {1, head}
+      end
+    end
+    head = redis.call('LPOP', KEYS[2])
+  end
+end
+redis.call('DEL', KEYS[1])
+return {0}
