@@ -4,7 +4,6 @@ sync and the async API, which differ only in how they run a flow (``lock.py``)."
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -20,10 +19,10 @@ from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError
 
 from . import durations, holds, signals
-from .backends import Backend
+from .backends import Backend, backend_of
 from .commands import request_sent
 from .conf import lock_settings
-from .connection import LockAlias, lock_client, quorum_members
+from .connection import LockAlias, quorum_members
 from .core import flows
 from .core.lease import OwnerRecord, decode_lease, held_by
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
@@ -60,9 +59,12 @@ class Resolved:
     lease: float
     renew: bool
     wait: float
+    quorum: bool
+    replicas: int  # that must confirm an acquisition (MIN_REPLICAS)
+    replica_timeout_ms: int
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Pending:
     """An acquisition under way."""
 
@@ -73,7 +75,7 @@ class Pending:
     renew: bool
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Step:
     """A release or an extension under way (``flow`` None: a re-entrant level, no I/O)."""
 
@@ -156,7 +158,11 @@ class Holding:
             else:
                 lease, renew = self._timeout, bool(self._auto_renew)
             wait = self._wait if self._wait is not None else lock_settings.WAIT
-            self._resolved = Resolved(alias, lock_keys(self._name, alias), lease, renew, wait)
+            quorum = quorum_members(alias) is not None
+            self._resolved = Resolved(
+                alias, lock_keys(self._name, alias), lease, renew, wait, quorum,
+                self._replicas(quorum), max(1, int(lock_settings.REPLICA_TIMEOUT * 1000)),
+            )  # fmt: skip
         return self._resolved
 
     def _alias_and_keys(self) -> tuple[LockAlias, LockKeys]:
@@ -212,8 +218,7 @@ class Holding:
             hold = hold or reentrant_holds.get(owner, resolved.keys.lease)
             if hold is not None and hold.pid == holds.pid and hold.count > 0:
                 return self._reentered(owner, hold)
-        quorum = quorum_members(resolved.alias) is not None
-        replicas = self._replicas(quorum)
+        quorum, replicas = resolved.quorum, resolved.replicas
         started = time.monotonic()
         plan = flows.AcquirePlan(
             keys=resolved.keys,
@@ -227,13 +232,13 @@ class Holding:
             fencing=self._fencing,
             want_result=want_result,
             report_holder=self._contention_observed,
+            on_contended=self._contended,
             retry_soon=Backend.retry_soon,
             unreachable=Backend.unreachable,
             replicas=replicas,
-            replica_timeout_ms=max(1, int(lock_settings.REPLICA_TIMEOUT * 1000)),
+            replica_timeout_ms=resolved.replica_timeout_ms,
             started=started,
         )
-        plan.on_contended = functools.partial(self._contended, plan)
         return Pending(owner, resolved.alias, plan, resolved.lease, resolved.renew)
 
     def _reentered(self, owner: object, hold: Hold) -> Claim:
@@ -315,7 +320,7 @@ class Holding:
             # weakly, so that a lease nobody can release any more is not renewed for ever.
             watch = HoldWatch(hold, owner, self._report_lost)
             hold.renewal = RenewedLease(
-                client=lock_client(pending.alias),
+                client=backend_of(pending.alias).client,
                 key=plan.keys.lease,
                 token=plan.token,
                 lease=lease,
@@ -332,10 +337,11 @@ class Holding:
             reentrant_holds.set(owner, plan.keys.lease, hold)
         waited = now - plan.started
         logger.debug("Acquired lock %r after %.3fs", self._name, waited)
-        signals.lock_acquired.send(
-            sender=type(self), lock=self, name=self._name, label=self._label, waited=waited,
-            fencing_token=hold.fence,
-        )  # fmt: skip
+        if signals.lock_acquired.receivers:
+            signals.lock_acquired.send(
+                sender=type(self), lock=self, name=self._name, label=self._label, waited=waited,
+                fencing_token=hold.fence,
+            )  # fmt: skip
 
     # -- releasing and extending ---------------------------------------------------------------
 
@@ -406,9 +412,10 @@ class Holding:
         self._forget(owner, keys, hold)
         held = time.monotonic() - hold.acquired_at
         logger.debug("Released lock %r after %.3fs", self._name, held)
-        signals.lock_released.send(
-            sender=type(self), lock=self, name=self._name, label=self._label, held=held
-        )
+        if signals.lock_released.receivers:
+            signals.lock_released.send(
+                sender=type(self), lock=self, name=self._name, label=self._label, held=held
+            )
 
     def _extend_step(self, seconds: float | None) -> Step:
         owner = current_owner()

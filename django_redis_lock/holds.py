@@ -50,7 +50,7 @@ def owner_description(owner: object) -> dict[str, str]:
     return {"thread": name if name is not None else str(owner)}
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Hold:
     """One owner's acquisition through one Lock object, in the process ``pid`` that made it."""
 
@@ -87,10 +87,9 @@ class HoldWatch:
         self._lock = weakref.ref(report_lost.__self__)
         self._report = report_lost.__func__
         self._owner = weakref.ref(owner)
-        if isinstance(owner, asyncio.Task):
-            self._owner_name = f"the task {owner.get_name()!r}"
-        else:
-            self._owner_name = f"the thread {getattr(owner, 'name', '?')!r}"
+        # Named when first asked (rarely: most holds end long before their first renewal).
+        self._owner_name = ""
+        self._owner_is_task = isinstance(owner, asyncio.Task)
 
     def lost(self, reason: str) -> None:
         lock = self._lock()
@@ -104,11 +103,16 @@ class HoldWatch:
         owner: Any = self._owner()
         if owner is None:
             ended = True
-        elif isinstance(owner, asyncio.Task):
+        elif self._owner_is_task:
             ended = owner.done()
         else:
             ended = isinstance(owner, threading.Thread) and not owner.is_alive()
-        return f"{self._owner_name}, which took it, has ended" if ended else None
+        if owner is not None and not self._owner_name:
+            kind, name = (
+                ("task", owner.get_name()) if self._owner_is_task else ("thread", owner.name)
+            )
+            self._owner_name = f"the {kind} {name!r}"
+        return f"{self._owner_name or 'its owner'}, which took it, has ended" if ended else None
 
 
 class ReentrantHolds:

@@ -29,9 +29,9 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from . import durations
-from .backends import async_backend_for, backend_for
+from .backends import async_backend_for, backend_of
 from .backends.drivers import arun, run
-from .connection import async_lock_client, lock_client
+from .connection import async_lock_client
 from .core import flows
 from .core.requests import Command
 from .exceptions import LockBackendError, LockNotOwned
@@ -171,7 +171,7 @@ class Lock(Holding):
         if isinstance(pending, Claim):
             return pending
         try:
-            outcome = run(flows.acquire(pending.plan), backend_for(lock_client(pending.alias)))
+            outcome = run(flows.acquire(pending.plan), backend_of(pending.alias))
         except (RedisError, flows.Unconfirmed) as exc:
             raise self._backend_error("acquire", exc) from exc
         return self._settled(pending, outcome)
@@ -189,7 +189,7 @@ class Lock(Holding):
         if step.flow is None:
             return
         try:
-            code = run(step.flow, backend_for(lock_client(step.alias)))
+            code = run(step.flow, backend_of(step.alias))
         except RedisError as exc:
             raise self._release_failure(step, exc) from exc
         except BaseException as exc:
@@ -202,7 +202,7 @@ class Lock(Holding):
         step = self._extend_step(seconds)
         assert step.flow is not None
         try:
-            extended = run(step.flow, backend_for(lock_client(step.alias)))
+            extended = run(step.flow, backend_of(step.alias))
         except (RedisError, flows.Unconfirmed) as exc:
             raise self._backend_error("extend", exc) from exc
         self._extended(step, extended)
@@ -255,7 +255,7 @@ class Lock(Holding):
         step = self._unsettled()
         if step is not None and step.flow is not None:
             try:
-                self._released(step, run(step.flow, backend_for(lock_client(step.alias))))
+                self._released(step, run(step.flow, backend_of(step.alias)))
             except LockNotOwned:
                 pass  # a loss, reported as such
             except RedisError as exc:
@@ -264,7 +264,7 @@ class Lock(Holding):
     def _read(self, command: str) -> Any:
         alias, keys = self._alias_and_keys()
         try:
-            return backend_for(lock_client(alias)).perform(Command((command, keys.lease)))
+            return backend_of(alias).perform(Command((command, keys.lease)))
         except RedisError as exc:
             raise self._backend_error("read", exc) from exc
 

@@ -2,8 +2,11 @@
 
 A lock taken without an explicit ``timeout`` gets a short lease (``DJANGO_REDIS_LOCK_TIMEOUT``)
 that is renewed here at about a third of its length, so a holder that dies frees the lock within
-one lease while a long job keeps it (Redisson's watchdog). Renewals due together are sent as one
-pipeline per Redis client.
+one lease while a long job keeps it (Redisson's watchdog). Leases are renewed in batches: when
+one falls due, every lease due within a sixth of its length joins it, so leases renewed together
+stay together (a lease whose renewal failed is retried on its own schedule). A batch is one
+round trip per Redis client (per node of a Redis Cluster): on one server, one script call per
+thousand leases (``extend_many.lua``).
 
 Nothing is lost silently: a renewal that finds the lease gone (expired, deleted, force-released)
 calls the lease's ``on_lost``; so does a renewal that could not reach Redis before the lease
@@ -13,6 +16,7 @@ would have ended. The lock turns that into ``lock.lost``, ``LockLost``, an ERROR
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -21,13 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisError
 
-from .commands import drop_stale_connections, execute, execute_many, follow_sentinel
+from .commands import drop_stale_connections, execute, execute_many, follow_sentinel, server_of
 from .conf import lock_settings
 from .durations import clock_allowance
 from .quorum import QuorumClient
-from .scripts import EXTEND
+from .scripts import EXTEND, EXTEND_MANY
 
 __all__ = ["RenewedLease", "renewer"]
 
@@ -35,9 +40,16 @@ logger = logging.getLogger("django_redis_lock")
 
 # While Redis cannot be reached, retry at most this often (and more often near the end).
 _RETRY_INTERVAL = 0.5
+# Leases per extend_many.lua call: bounds how long one call keeps Redis busy (a few ms).
+_BATCH = 1000
+# With no lease to renew, the thread still looks this often for a while (up to _IDLE_LOOKS
+# times), so that a process taking and releasing locks over and over (each released before its
+# first renewal) does not wake it on every acquisition; then it sleeps until told.
+_IDLE_LOOK = 1.0
+_IDLE_LOOKS = 60
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class RenewedLease:
     """One held lease to keep alive. ``expires_at`` is monotonic: when the lease ends unless
     renewed (as far as this process knows). ``name`` is the lock's readable name, for logs;
@@ -53,6 +65,7 @@ class RenewedLease:
     name: str = ""
     abandoned: Callable[[], str | None] = field(default=lambda: None, repr=False)
     until: float | None = None
+    active: bool = True  # False once removed (released, lost or abandoned)
     expires_at: float = 0.0
     due: float = field(default=0.0, repr=False)
     failure: str = ""  # why the latest renewal did not happen, while it is retried
@@ -85,35 +98,39 @@ class _Renewer:
         # After fork the thread is gone and the leases are the parent's, not ours.
         self._condition = threading.Condition()
         self._leases: set[RenewedLease] = set()
+        # Leases added since the thread last looked. An acquisition only appends here (no lock
+        # taken), and its release only marks the lease inactive: most holds end long before
+        # their first renewal, and the watchdog then never has to look at them twice.
+        self._incoming: collections.deque[RenewedLease] = collections.deque()
         self._thread: threading.Thread | None = None
         # When the thread will next look (None: it is busy, or waits for a first lease).
         self._wakes_at: float | None = None
+        self._idle_looks = 0
         # Clients whose renewals are under way, each in a thread of its own: a Redis that is
         # slow or gone (a Sentinel set-up asked for a primary it no longer has, with redis-py's
         # retries) holds up its own leases, not those on other servers.
         self._busy: set[int] = set()
 
     def add(self, lease: RenewedLease) -> None:
-        with self._condition:
-            self._leases.add(lease)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="django-redis-lock-renewal", daemon=True
-                )
-                self._thread.start()
-            # Waking the thread costs more than the whole acquire; only do it when this lease
-            # falls due before the thread would look anyway.
-            if self._wakes_at is None or lease.due < self._wakes_at:
+        lease.active = True
+        self._incoming.append(lease)
+        # Waking the thread costs more than the whole acquire; only do it when this lease
+        # falls due before the thread would look anyway (or there is no thread yet).
+        wakes_at = self._wakes_at
+        if wakes_at is None or lease.due < wakes_at or self._thread is None:
+            with self._condition:
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(
+                        target=self._run, name="django-redis-lock-renewal", daemon=True
+                    )
+                    self._thread.start()
                 self._condition.notify()
 
     def remove(self, lease: RenewedLease) -> None:
-        if lease not in self._leases:  # removed already (a release removes it twice): no lock
-            return
-        with self._condition:
-            self._leases.discard(lease)
+        lease.active = False  # the thread drops it when it next looks
 
     def __contains__(self, lease: RenewedLease) -> bool:
-        return lease in self._leases
+        return lease.active
 
     def _run(self) -> None:
         while True:
@@ -125,6 +142,15 @@ class _Renewer:
                         self._wakes_at = None
                         break
                     self._wakes_at = self._next_look()
+                    if self._wakes_at is None and self._idle_looks < _IDLE_LOOKS:
+                        self._idle_looks += 1
+                        self._wakes_at = now + _IDLE_LOOK
+                    elif self._wakes_at is not None and self._leases:
+                        self._idle_looks = 0
+                    if self._incoming:
+                        # Added meanwhile, without telling us (add() saw an earlier _wakes_at
+                        # than the one just set): look at it before sleeping.
+                        continue
                     self._condition.wait(None if self._wakes_at is None else self._wakes_at - now)
                 by_client: dict[int, list[RenewedLease]] = {}
                 for lease in due:
@@ -151,12 +177,16 @@ class _Renewer:
     ) -> tuple[list[RenewedLease], list[tuple[RenewedLease, str]], list[RenewedLease]]:
         """(leases whose renewal is still under way when they end: lost now, by our clock;
         leases nobody can release any more; leases due for renewal). The first two leave."""
-        ended, abandoned, due = [], [], []
+        while self._incoming:
+            self._leases.add(self._incoming.popleft())
+        ended, abandoned, due, removed = [], [], [], []
         for lease in self._leases:
-            if id(lease.client) in self._busy:
+            if not lease.active:
+                removed.append(lease)
+            elif id(lease.client) in self._busy:
                 if self._ends_at(lease) <= now:
                     ended.append(lease)
-            elif lease.due <= now:
+            elif lease.due <= now + (0 if lease.failure else lease.lease / 6):
                 try:
                     reason = lease.abandoned()
                 except Exception:  # the watchdog must never die: renew, as before
@@ -166,9 +196,16 @@ class _Renewer:
                     due.append(lease)
                 else:
                     abandoned.append((lease, reason))
-        self._leases.difference_update(ended)
-        self._leases.difference_update(lease for lease, _ in abandoned)
+        self._leases.difference_update(removed)
+        for lease in ended:
+            self._discard(lease)
+        for lease, _ in abandoned:
+            self._discard(lease)
         return ended, abandoned, due
+
+    def _discard(self, lease: RenewedLease) -> None:
+        lease.active = False
+        self._leases.discard(lease)
 
     def _next_look(self) -> float | None:
         """When a lease next falls due, or one under renewal ends (None: no lease)."""
@@ -213,17 +250,17 @@ class _Renewer:
         lost: list[tuple[RenewedLease, str]] = []
         with self._condition:
             for lease, result, ms in zip(leases, results, lengths, strict=True):
-                if lease not in self._leases:
+                if not lease.active:
                     continue  # released meanwhile
                 if result == 1:
                     lease.confirmed(started, ms / 1000)
                     if lease.until is not None:  # lengthened as asked: done with it
-                        self._leases.discard(lease)
+                        self._discard(lease)
                 elif isinstance(result, Exception):
                     now = time.monotonic()
                     lease.failure = str(result)
                     if now >= lease.expires_at:
-                        self._leases.discard(lease)
+                        self._discard(lease)
                         lost.append((lease, lease.unrenewed()))
                     else:
                         logger.warning(
@@ -233,7 +270,7 @@ class _Renewer:
                         )
                         lease.due = now + min(_RETRY_INTERVAL, (lease.expires_at - now) / 4)
                 else:
-                    self._leases.discard(lease)
+                    self._discard(lease)
                     lost.append((lease, "its lease was gone when renewing (expired or deleted)"))
         for lease, reason in lost:
             lease.on_lost(reason)
@@ -246,20 +283,71 @@ class _Renewer:
                 _extend_acknowledged(client, lease, ms, replicas)
                 for lease, ms in zip(leases, lengths, strict=True)
             ]
-        if len(leases) == 1 or not hasattr(client, "connection_pool"):
+        if len(leases) == 1 or isinstance(client, QuorumClient):
             return [
                 EXTEND(client, [lease.key], [lease.token, ms])
                 for lease, ms in zip(leases, lengths, strict=True)
             ]
+        if isinstance(client, RedisCluster):
+            return _extend_on_nodes(client, leases, lengths)
+        return _extend_many(client, leases, lengths)
+
+
+def _pipelined(server: Any, script: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """``commands`` (calls of ``script``) in one round trip; loaded first if it must be."""
+    results = execute_many(server, commands)
+    if any(isinstance(result, NoScriptError) for result in results):
+        execute(server, "SCRIPT", "LOAD", script.source)
+        results = execute_many(server, commands)
+    return results
+
+
+def _extend_many(client: Any, leases: list[RenewedLease], lengths: list[int]) -> list[Any]:
+    """One server: extend_many.lua, a thousand leases per call, all calls in one round trip.
+    Returns 1 or 0 (lost) per lease, or the error of its call."""
+    commands = []
+    for start in range(0, len(leases), _BATCH):
+        chunk = range(start, min(start + _BATCH, len(leases)))
+        args: list[Any] = []
+        for index in chunk:
+            args += (leases[index].token, lengths[index])
+        commands.append(
+            ("EVALSHA", EXTEND_MANY.sha, len(chunk), *(leases[i].key for i in chunk), *args)
+        )
+    results: list[Any] = []
+    for start, reply in zip(
+        range(0, len(leases), _BATCH), _pipelined(client, EXTEND_MANY, commands), strict=True
+    ):
+        size = min(_BATCH, len(leases) - start)
+        if isinstance(reply, Exception):
+            results += [reply] * size
+            continue
+        outcome = [1] * size
+        for position in reply:
+            outcome[int(position) - 1] = 0
+        results += outcome
+    return results
+
+
+def _extend_on_nodes(cluster: Any, leases: list[RenewedLease], lengths: list[int]) -> list[Any]:
+    """Redis Cluster: the leases of each node in one round trip to it (one extend.lua call each:
+    a script may only touch keys of one slot)."""
+    by_node: dict[str, list[int]] = {}
+    for index, lease in enumerate(leases):
+        by_node.setdefault(cluster.get_node_from_key(lease.key).name, []).append(index)
+    results: list[Any] = [None] * len(leases)
+    for indexes in by_node.values():
+        server = server_of(cluster, leases[indexes[0]].key)
         commands = [
-            ("EVALSHA", EXTEND.sha, 1, lease.key, lease.token, ms)
-            for lease, ms in zip(leases, lengths, strict=True)
+            ("EVALSHA", EXTEND.sha, 1, leases[i].key, leases[i].token, lengths[i]) for i in indexes
         ]
-        results = execute_many(client, commands)
-        if any(isinstance(result, NoScriptError) for result in results):
-            execute(client, "SCRIPT", "LOAD", EXTEND.source)
-            results = execute_many(client, commands)
-        return results
+        try:
+            replies = _pipelined(server, EXTEND, commands)
+        except RedisError as exc:
+            replies = [exc] * len(indexes)
+        for index, reply in zip(indexes, replies, strict=True):
+            results[index] = reply
+    return results
 
 
 def _extend_acknowledged(client: Any, lease: RenewedLease, ms: int, replicas: int) -> Any:

@@ -40,6 +40,7 @@ from .durations import MAX_SECONDS
 
 __all__ = [
     "EXTEND",
+    "EXTEND_MANY",
     "HANDOFF_MS",
     "JOIN",
     "QUEUE_TTL_MS",
@@ -191,3 +192,4 @@ TAKE = load_script("take")
 JOIN = load_script("join")
 RELEASE = load_script("release")
 EXTEND = load_script("extend")
+EXTEND_MANY = load_script("extend_many")

@@ -22,6 +22,7 @@ from .server import (
     ServerBackend,
     async_backend_for,
     backend_for,
+    backend_of,
 )
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "ServerBackend",
     "async_backend_for",
     "backend_for",
+    "backend_of",
 ]

@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.exceptions import ClusterError, ResponseError
@@ -27,6 +29,8 @@ from ..commands import (
     execute_many,
     wait_for_wake,
 )
+from ..conf import PREFIX
+from ..connection import LockAlias, lock_client
 from ..core.requests import Block, Command, Eval, Failover, Pipeline, Request
 from ..quorum import AsyncQuorumClient, QuorumClient
 from ..scripts import EXTEND, JOIN, RELEASE, TAKE, Script
@@ -41,6 +45,7 @@ __all__ = [
     "ServerBackend",
     "async_backend_for",
     "backend_for",
+    "backend_of",
 ]
 
 SCRIPTS: dict[str, Script] = {script.name: script for script in (TAKE, JOIN, RELEASE, EXTEND)}
@@ -215,6 +220,24 @@ def backend_for(client: Any) -> ServerBackend:
         _backends[client] = backend
     assert isinstance(backend, ServerBackend)
     return backend
+
+
+_by_alias: dict[LockAlias, ServerBackend] = {}
+
+
+def backend_of(alias: LockAlias) -> ServerBackend:
+    """The backend of the locks of ``alias`` (``connection.lock_client``), kept until the
+    settings change."""
+    backend = _by_alias.get(alias)
+    if backend is None:
+        backend = _by_alias[alias] = backend_for(lock_client(alias))
+    return backend
+
+
+@receiver(setting_changed)
+def _forget_backends(*, setting: str, **kwargs: Any) -> None:
+    if setting == "CACHES" or setting.startswith(PREFIX):
+        _by_alias.clear()
 
 
 def async_backend_for(client: Any) -> AsyncServerBackend:

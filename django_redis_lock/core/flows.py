@@ -85,7 +85,7 @@ class LockKeys:
         return (self.lease, self.queue, self.waiters, wake, self.result)
 
 
-@dataclass
+@dataclass(slots=True)
 class AcquirePlan:
     """One acquisition: what to send, and the rules to follow."""
 
@@ -100,7 +100,8 @@ class AcquirePlan:
     fencing: bool = False
     want_result: bool = False  # answer with the guarded work's result when it is there
     report_holder: Callable[[], bool] = lambda: False  # ask for the holder's record now?
-    on_contended: Callable[[Any], None] = lambda holder: None  # first time we must wait
+    # The first time we must wait: called with the plan and the holder's lease value (or None).
+    on_contended: Callable[[AcquirePlan, Any], None] = lambda plan, holder: None
     retry_soon: Callable[[BaseException], bool] = lambda error: False  # e.g. TRYAGAIN
     unreachable: Callable[[BaseException], bool] = lambda error: False  # no use telling it
     replicas: int = 0
@@ -108,7 +109,7 @@ class AcquirePlan:
     started: float = field(default=0.0)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Acquired:
     fence: int
     lease_ms: int  # what the lease was given: shorter than asked when handed over by a release
@@ -117,13 +118,13 @@ class Acquired:
     done: bool = False  # the guarded work's result is there (want_result): release, read it
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class NotAcquired:
     holder: Any  # the holder's lease value as first seen, when asked for (else None)
     pttl: int  # ms left on the holder's lease, when known (else 0)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Done:
     result: bytes
 
@@ -193,7 +194,7 @@ def _epoch_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Waiting:
     """take.lua found the lock held, and we may wait in line for it."""
 
@@ -228,7 +229,7 @@ def _poll(plan: AcquirePlan) -> Flow:
             return Waiting()
         if not contended:
             contended = True
-            plan.on_contended(holder)
+            plan.on_contended(plan, holder)
         yield Sleep(min(remaining, random.uniform(*RETRY_DELAY)))
 
 
@@ -290,7 +291,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             queued = True
             if not contended:
                 contended = True
-                plan.on_contended(holder)
+                plan.on_contended(plan, holder)
             remaining = deadline - clock()
             if remaining <= 0:
                 continue

@@ -1,5 +1,7 @@
 """What a flow (``flows.py``) asks of Redis. A backend (``backends/``) carries each out, once,
-and sends back the reply, or throws the error into the flow."""
+and sends back the reply, or throws the error into the flow. (Slotted, not frozen: several are
+made per acquisition, and a frozen dataclass costs several times more to build. Nobody changes
+a request once it is made.)"""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 __all__ = ["Block", "Command", "Eval", "Failover", "Pipeline", "Request", "Sleep"]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Eval:
     """Run a script of ``scripts.py`` (by its name, e.g. ``"join"``).
 
@@ -30,7 +32,7 @@ class Eval:
     cleanup: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Command:
     """One plain command (``args``), with ``reply_timeout`` and ``give_back`` as for Eval."""
 
@@ -40,7 +42,7 @@ class Command:
     cleanup: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Pipeline:
     """Several commands on one key's server in one round trip; error replies come back in
     place, as exceptions."""
@@ -49,7 +51,7 @@ class Pipeline:
     cleanup: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Block:
     """Block until something is pushed on ``key`` (the reply is what was popped) or
     ``seconds`` pass (None). ``exact``: the time matters (cut it to the millisecond)."""
@@ -59,14 +61,14 @@ class Block:
     exact: bool
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Sleep:
     """Wait, doing nothing (the driver sleeps: ``time.sleep`` or ``asyncio.sleep``)."""
 
     seconds: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Failover:
     """The server that holds ``key`` may be a primary a failover replaced: find where the
     primary is now, and drop the connections to the old one."""
