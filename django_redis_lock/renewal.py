@@ -66,6 +66,7 @@ class RenewedLease:
     abandoned: Callable[[], str | None] = field(default=lambda: None, repr=False)
     until: float | None = None
     active: bool = True  # False once removed (released, lost or abandoned)
+    length: float = 0.0  # seconds: what the latest confirmation gave it (a handed lease: less)
     expires_at: float = 0.0
     due: float = field(default=0.0, repr=False)
     failure: str = ""  # why the latest renewal did not happen, while it is retried
@@ -73,8 +74,9 @@ class RenewedLease:
     def confirmed(self, at: float, seconds: float | None = None) -> None:
         """Redis confirmed at ``at`` (monotonic) that the lease runs ``seconds`` from then."""
         length = self.lease if seconds is None else seconds
+        self.length = min(length, self.lease)
         self.expires_at = at + length
-        self.due = at + min(length, self.lease) / 3
+        self.due = at + self.length / 3
         self.failure = ""
 
     def milliseconds(self, now: float) -> int:
@@ -186,7 +188,7 @@ class _Renewer:
             elif id(lease.client) in self._busy:
                 if self._ends_at(lease) <= now:
                     ended.append(lease)
-            elif lease.due <= now + (0 if lease.failure else lease.lease / 6):
+            elif lease.due <= now + (0 if lease.failure else lease.length / 6):
                 try:
                     reason = lease.abandoned()
                 except Exception:  # the watchdog must never die: renew, as before
