@@ -26,6 +26,7 @@ __all__ = [
     "aexecute",
     "aexecute_acknowledged",
     "aexecute_many",
+    "arun_then_wait",
     "await_wake",
     "drop_stale_connections",
     "execute",
@@ -36,6 +37,7 @@ __all__ = [
     "redirected",
     "request_sent",
     "reread_slot_map",
+    "run_then_wait",
     "server_of",
     "wait_for_wake",
 ]
@@ -383,6 +385,100 @@ def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) 
         if cluster is not None:
             reread_slot_map(cluster)
         return None
+
+
+def run_then_wait(
+    client: Any,
+    command: Sequence[Any],
+    key: str,
+    seconds: float,
+    *,
+    exact: bool = True,
+    reply_timeout: float | None = None,
+    if_silent: Callable[[], Sequence[Any]] | None = None,
+) -> tuple[Any, Any]:
+    """``command``, then :func:`wait_for_wake` on ``key``, in one round trip, on one server's
+    client (not a Cluster's): returns ``(command's reply, what was popped or None)``.
+
+    The waiting only makes sense when ``command`` left nothing to wait for otherwise (a queue
+    join that took the lock pushes on ``key`` itself). An error of ``command`` is raised, and
+    the connection, with its wait still pending in Redis, dropped; a wait interrupted by a
+    failover gives None, as in :func:`wait_for_wake`. ``reply_timeout`` and ``if_silent``
+    are :func:`execute`'s, for ``command``'s reply (``if_silent`` then runs after the wait,
+    which a command that did not queue us ends at once).
+    """
+    server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
+    with _borrowed(client) as connection:
+        connection.send_packed_command([pack(command) + pack(("BLPOP", key, server_timeout))])
+        try:
+            if (
+                reply_timeout is not None
+                and _sooner(reply_timeout, connection.socket_timeout)
+                and not connection.can_read(timeout=reply_timeout)
+            ):
+                if if_silent is not None:
+                    with contextlib.suppress(RedisError, OSError):
+                        connection.send_packed_command([pack(if_silent())], check_health=False)
+                raise _no_reply(reply_timeout)
+            reply = connection.read_response()
+        except ResponseError:
+            connection.disconnect()  # the BLPOP behind it is still pending
+            raise
+        try:
+            if connection.can_read(timeout=client_timeout):
+                return reply, _popped(connection.read_response())
+        except RedisError as error:
+            if not _interrupted(error):
+                raise
+            connection.disconnect()
+            return reply, None
+        connection.disconnect()  # still blocked server-side: see wait_for_wake
+        return reply, None
+
+
+async def arun_then_wait(
+    client: Any,
+    command: Sequence[Any],
+    key: str,
+    seconds: float,
+    *,
+    exact: bool = True,
+    reply_timeout: float | None = None,
+    if_silent: Callable[[], Sequence[Any]] | None = None,
+) -> tuple[Any, Any]:
+    """:func:`run_then_wait` for a ``redis.asyncio`` client (not a Cluster's); ``if_silent`` is
+    also sent when the task is cancelled while it waits for ``command``'s reply."""
+    server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
+    if not _sooner(reply_timeout, _socket_timeout(client.connection_pool)):
+        reply_timeout = None
+    async with _aborrowed(client) as connection:
+        packed = pack(command) + pack(("BLPOP", key, server_timeout))
+        await connection.send_packed_command([packed])
+        try:
+            reply = await asyncio.wait_for(
+                connection.read_response(disconnect_on_error=False), reply_timeout
+            )
+        except ResponseError:
+            await connection.disconnect()
+            raise
+        except (asyncio.CancelledError, asyncio.TimeoutError, RedisTimeoutError) as error:
+            if if_silent is not None:
+                with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
+                    await connection.send_packed_command([pack(if_silent())], check_health=False)
+            if isinstance(error, asyncio.TimeoutError):
+                raise _no_reply(cast(float, reply_timeout)) from None
+            raise
+        try:
+            popped = await asyncio.wait_for(connection.read_response(), client_timeout)
+        except asyncio.TimeoutError:
+            await connection.disconnect()
+            return reply, None
+        except RedisError as error:
+            if not _interrupted(error):
+                raise
+            await connection.disconnect()
+            return reply, None
+        return reply, _popped(popped)
 
 
 async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> Any:

@@ -16,17 +16,19 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
-from redis.exceptions import ClusterError, ResponseError
+from redis.exceptions import ClusterError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..commands import (
     adrop_stale_connections,
     aexecute,
     aexecute_many,
+    arun_then_wait,
     await_wake,
     drop_stale_connections,
     execute,
     execute_many,
+    run_then_wait,
     wait_for_wake,
 )
 from ..conf import PREFIX
@@ -114,6 +116,8 @@ class ServerBackend(Backend):
             )  # fmt: skip
         if kind is Block:
             assert isinstance(request, Block)
+            if request.first is not None:
+                return self._run_then_wait(request, request.first)
             return wait_for_wake(self.client, request.key, request.seconds, exact=request.exact)
         if kind is Pipeline:
             assert isinstance(request, Pipeline)
@@ -123,6 +127,22 @@ class ServerBackend(Backend):
             drop_stale_connections(self.client, request.key)
             return None
         raise TypeError(f"{type(self).__name__} cannot carry out {request!r}")
+
+    def _run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
+        script = SCRIPTS[first.script]
+        command = ("EVALSHA", script.sha, len(first.keys), *first.keys, *first.args)
+        silent = _silent(first.give_back)
+        for attempt in (1, 2):
+            try:
+                return run_then_wait(
+                    self.client, command, request.key, request.seconds, exact=request.exact,
+                    reply_timeout=first.reply_timeout, if_silent=silent,
+                )  # fmt: skip
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                execute(self.client, "SCRIPT", "LOAD", script.source)
+        raise AssertionError("unreachable")
 
 
 class ClusterBackend(ServerBackend):
@@ -142,6 +162,12 @@ class ClusterBackend(ServerBackend):
                     replies.append(error)
             return replies
         return super().perform(request)
+
+    def _run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
+        # In two round trips: the script through the Cluster client, which follows MOVED and
+        # ASK (a slot being moved), then the wait on the node's own connection.
+        reply = super().perform(first)
+        return reply, wait_for_wake(self.client, request.key, request.seconds, exact=request.exact)
 
 
 class QuorumBackend(ServerBackend):
@@ -176,6 +202,8 @@ class AsyncServerBackend(Backend):
             )  # fmt: skip
         if kind is Block:
             assert isinstance(request, Block)
+            if request.first is not None:
+                return await self._run_then_wait(request, request.first)
             return await await_wake(self.client, request.key, request.seconds, exact=request.exact)
         if kind is Pipeline:
             assert isinstance(request, Pipeline)
@@ -185,9 +213,30 @@ class AsyncServerBackend(Backend):
             return None
         raise TypeError(f"{type(self).__name__} cannot carry out {request!r}")
 
+    async def _run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
+        script = SCRIPTS[first.script]
+        command = ("EVALSHA", script.sha, len(first.keys), *first.keys, *first.args)
+        silent = _silent(first.give_back)
+        for attempt in (1, 2):
+            try:
+                return await arun_then_wait(
+                    self.client, command, request.key, request.seconds, exact=request.exact,
+                    reply_timeout=first.reply_timeout, if_silent=silent,
+                )  # fmt: skip
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                await aexecute(self.client, "SCRIPT", "LOAD", script.source)
+        raise AssertionError("unreachable")
+
 
 class AsyncClusterBackend(AsyncServerBackend):
     """:class:`ClusterBackend` for ``redis.asyncio.cluster.RedisCluster``."""
+
+    async def _run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
+        reply = await self.perform(first)
+        popped = await await_wake(self.client, request.key, request.seconds, exact=request.exact)
+        return reply, popped
 
     async def perform(self, request: Request) -> Any:
         if isinstance(request, Eval) and request.replicas:

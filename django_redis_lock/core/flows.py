@@ -234,11 +234,15 @@ def _poll(plan: AcquirePlan) -> Flow:
 
 
 def _wait_in_line(plan: AcquirePlan) -> Flow:
+    """join.lua, and while it queues us, a block on our wake-up list, sent together (one round
+    trip) where the backend can; until the wait is over, or a release hands us the lease."""
     keys, token, clock = plan.keys, plan.token, plan.clock
     deadline = plan.started + plan.max_wait
     join_keys = (keys.lease, keys.queue, keys.waiters, keys.wake(token), keys.result)
     holder: Any = None
     pttl = 0
+    # How long the holder's lease has left: ours, until a join tells us.
+    hint = plan.lease_ms / 1000
     queued = contended = False
     try:
         while True:
@@ -248,17 +252,27 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             flags = ("f" if plan.fencing else "") + ("d" if plan.want_result else "")
             if mode != QUEUE or (not contended and plan.report_holder()):
                 flags += "o"
-            liveness = min(max(remaining, 0.0), BLOCK_CAP) + LIVENESS_SLACK
-            args = (token, plan.lease_ms, plan.record, mode, flags, int(liveness * 1000))
+            # Wake at the latest when the wait ends, or when the holder's lease does (it may
+            # have died without releasing): then the time must be kept exactly.
+            block = max(MIN_BLOCK, min(remaining, hint, BLOCK_CAP))
+            exact = block < BLOCK_CAP
+            together = mode == QUEUE and not plan.replicas
+            if together:
+                flags += "b"
+            liveness = (block if mode == QUEUE else 0.0) + LIVENESS_SLACK
+            join = Eval(
+                "join", join_keys,
+                (token, plan.lease_ms, plan.record, mode, flags, int(liveness * 1000)),
+                reply_timeout=_budget(remaining),
+                give_back=give_back(keys, token),
+            )  # fmt: skip
+            message = None
             try:
-                reply = yield _confirmed(
-                    plan,
-                    Eval(
-                        "join", join_keys, args,
-                        reply_timeout=_budget(remaining),
-                        give_back=give_back(keys, token),
-                    ),
-                )  # fmt: skip
+                if together:
+                    queued = True  # perhaps, from here on: an error leaves the line
+                    reply, message = yield Block(keys.wake(token), block, exact, first=join)
+                else:
+                    reply = yield _confirmed(plan, join)
             except Exception as error:
                 if not plan.retry_soon(error):
                     raise
@@ -272,7 +286,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             if plan.replicas:
                 reply = yield from _check_replicas(plan, reply)
             code = int(reply[0])
-            if code == 1:
+            if code == 1:  # (a message popped with it is join.lua's own, ending the block)
                 queued = False
                 granted = Acquired(int(reply[1]), int(reply[2]), sent_at, "")
                 if reply[3]:
@@ -284,6 +298,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 queued = False
                 return Done(reply[1])
             pttl = int(reply[1])
+            hint = pttl / 1000 + 0.001 if pttl > 0 else BLOCK_CAP
             holder = holder or reply[2] or None
             if mode != QUEUE:
                 queued = False
@@ -292,15 +307,13 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             if not contended:
                 contended = True
                 plan.on_contended(plan, holder)
-            remaining = deadline - clock()
-            if remaining <= 0:
-                continue
-            # Wake at the latest when the wait ends, or when the holder's lease does (it may
-            # have died without releasing): then the time must be kept exactly.
-            hint = pttl / 1000 + 0.001 if pttl > 0 else BLOCK_CAP
-            block = min(remaining, hint, BLOCK_CAP)
-            message = yield Block(keys.wake(token), max(MIN_BLOCK, block), block < BLOCK_CAP)
-            if message is not None:
+            if not together:
+                remaining = deadline - clock()
+                if remaining <= 0:
+                    continue
+                block = min(remaining, hint, BLOCK_CAP)
+                message = yield Block(keys.wake(token), max(MIN_BLOCK, block), block < BLOCK_CAP)
+            if message:  # a release handed us the lease
                 queued = False
                 granted = _from_message(message, sent_at)
                 if granted.done:

@@ -54,11 +54,14 @@ class Pipeline:
 @dataclass(slots=True)
 class Block:
     """Block until something is pushed on ``key`` (the reply is what was popped) or
-    ``seconds`` pass (None). ``exact``: the time matters (cut it to the millisecond)."""
+    ``seconds`` pass (None). ``exact``: the time matters (cut it to the millisecond).
+    ``first``: a script to run just before, in the same round trip where the backend can; the
+    reply is then ``(its reply, what was popped)``."""
 
     key: str
     seconds: float
     exact: bool
+    first: Eval | None = None
 
 
 @dataclass(slots=True)

@@ -13,7 +13,9 @@
 -- ARGV[4]  mode: 1 take it or queue; 2 take it or leave the queue (the wait is over);
 --          3 leave the queue (interrupted)
 -- ARGV[5]  flags: 'f' give a fencing token; 'd' answer with the result (KEYS[5]) if there is
---          one; 'o' return the holder's lease value when not acquired
+--          one; 'o' return the holder's lease value when not acquired; 'b' the caller blocks on
+--          its wake-up list right after this (same round trip): unless we queue it, push '' there
+--          so that the wait ends at once
 -- ARGV[6]  how long the queue may count us alive without hearing from us, ms
 --
 -- Returns {1, fence, pttl_ms, wake-up message or ''} when we hold the lease (taken now, or
@@ -26,11 +28,19 @@ local holder = redis.call('GET', KEYS[1])
 local function leave()
   if redis.call('HDEL', KEYS[3], token) == 1 then redis.call('LREM', KEYS[2], 1, token) end
 end
+local function unblock()
+  if string.find(flags, 'b', 1, true) then
+    redis.call('RPUSH', KEYS[4], '')
+    redis.call('PEXPIRE', KEYS[4], 1000)
+  end
+end
 
 if holder and string.sub(holder, 1, #token + 1) == token .. '|' then
   -- Handed to us by a release while we were not blocked: its message is on our list.
   local _, _, fence = lease_fields(holder)
-  return {1, fence, redis.call('PTTL', KEYS[1]), redis.call('LPOP', KEYS[4]) or ''}
+  local message = redis.call('LPOP', KEYS[4]) or ''
+  unblock()
+  return {1, fence, redis.call('PTTL', KEYS[1]), message}
 end
 if mode == 3 then
   leave()
@@ -40,6 +50,7 @@ if string.find(flags, 'd', 1, true) then
   local result = redis.call('GET', KEYS[5])
   if result then
     leave()
+    unblock()
     return {2, result}
   end
 end
@@ -49,6 +60,7 @@ if not holder then
   local fence = '0'
   if string.find(flags, 'f', 1, true) then fence = string.format('%.0f', micros) end
   redis.call('SET', KEYS[1], token .. '|' .. now .. '|' .. fence .. '|' .. ARGV[3], 'PX', lease)
+  unblock()
   return {1, fence, lease, ''}
 end
 local pttl = redis.call('PTTL', KEYS[1])
@@ -63,6 +75,7 @@ if mode == 1 then
   redis.call('PEXPIRE', KEYS[2], QUEUE_TTL_MS)
 else
   leave()
+  unblock()
 end
 if string.find(flags, 'o', 1, true) then return {0, pttl, holder} end
 return {0, pttl, false}

@@ -1,0 +1,210 @@
+"""The sans-I/O core on its own: flows driven by hand, with a fake clock and canned replies.
+
+Where time is logic (deadlines, how long to block, when to give up) these tests decide it
+exactly, with no Redis and no waiting; what only a server can show is tested elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from django_redis_lock.core import flows
+from django_redis_lock.core.lease import OwnerRecord, decode_lease, encode_lease, held_by
+from django_redis_lock.core.requests import Block, Command, Eval, Pipeline, Sleep
+
+KEYS = flows.LockKeys.of("lock:{job}")
+RECORD = OwnerRecord(10, 42, "host", "MainThread", label="a|b%c").encode()
+HOLDER = encode_lease("other", 1_700_000_000_000, 0, RECORD).encode()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def plan(clock: Clock, **options: Any) -> flows.AcquirePlan:
+    defaults: dict[str, Any] = {
+        "keys": KEYS, "token": "tok", "lease_ms": 10_000, "record": RECORD, "max_wait": 5.0,
+        "clock": clock, "started": clock.now,
+    }  # fmt: skip
+    defaults.update(options)
+    return flows.AcquirePlan(**defaults)
+
+
+def test_a_free_lock_is_one_bare_set():
+    clock = Clock()
+    flow = flows.acquire(plan(clock))
+    request = next(flow)
+    assert isinstance(request, Command)
+    assert request.args[:2] == ("SET", KEYS.lease)
+    assert request.args[3:] == ("NX", "PX", 10_000)
+    assert held_by(request.args[2], "tok")
+    assert request.give_back is not None
+    assert request.give_back.script == "release"
+    with pytest.raises(StopIteration) as done:
+        flow.send(b"OK")
+    assert done.value.value == flows.Acquired(0, 10_000, 100.0, "")
+
+
+def test_not_waiting_reports_the_holder_in_one_more_round_trip():
+    clock = Clock()
+    flow = flows.acquire(plan(clock, max_wait=0))
+    next(flow)
+    request = flow.send(None)  # the SET found it held
+    assert request == Pipeline((("GET", KEYS.lease), ("PTTL", KEYS.lease)))
+    with pytest.raises(StopIteration) as done:
+        flow.send([HOLDER, 4321])
+    assert done.value.value == flows.NotAcquired(HOLDER, 4321)
+
+
+def test_a_waiter_queues_and_blocks_in_one_round_trip_and_is_handed_the_lease():
+    clock = Clock()
+    contended = []
+    flow = flows.acquire(plan(clock, on_contended=lambda plan, holder: contended.append(holder)))
+    next(flow)
+    clock.now += 0.001
+    request = flow.send(None)  # held: join the queue
+    assert isinstance(request, Block)
+    assert request.key == KEYS.wake("tok")
+    # The holder's lease is not known yet: at most our own lease, capped.
+    assert request.seconds == flows.BLOCK_CAP
+    assert not request.exact
+    join = request.first
+    assert isinstance(join, Eval)
+    assert join.script == "join"
+    assert join.keys == (KEYS.lease, KEYS.queue, KEYS.waiters, KEYS.wake("tok"), KEYS.result)
+    assert join.args[3] == flows.QUEUE
+    assert "b" in join.args[4]
+    assert join.args[5] == int((flows.BLOCK_CAP + flows.LIVENESS_SLACK) * 1000)  # liveness
+    clock.now += 0.5
+    with pytest.raises(StopIteration) as done:
+        flow.send(([0, 9000, HOLDER], b"1700000000000001|3000|0|next"))
+    assert contended == [HOLDER]
+    granted = done.value.value
+    assert granted == flows.Acquired(1_700_000_000_000_001, 3000, 100.001, "next", False)
+
+
+def test_a_block_ends_with_the_holders_lease_and_the_wait_ends_on_time():
+    clock = Clock()
+    flow = flows.acquire(plan(clock, max_wait=1.0, first="join"))
+    request = next(flow)
+    assert request.seconds == 1.0
+    assert request.exact
+    clock.now += 0.2
+    request = flow.send(([0, 300, False], None))  # queued; the block timed out
+    # Next block: until the holder's lease ends (300 ms), not the whole wait.
+    assert request.seconds == pytest.approx(0.301)
+    assert request.exact
+    clock.now += 1.0  # the wait is over: a last try, which leaves the line if it is held
+    request = flow.send(([0, 100, False], None))
+    assert isinstance(request, Eval)
+    assert request.args[3] == flows.TAKE_OR_LEAVE
+    with pytest.raises(StopIteration) as done:
+        flow.send([0, 50, HOLDER])
+    assert done.value.value == flows.NotAcquired(HOLDER, 50)
+
+
+def test_an_error_while_queued_steps_out_of_the_line_then_raises():
+    clock = Clock()
+    flow = flows.acquire(plan(clock, first="join"))
+    next(flow)
+    leave = flow.throw(ConnectionError("dropped"))
+    assert isinstance(leave, Eval)
+    assert leave.script == "join"
+    assert leave.cleanup
+    assert leave.args[3] == flows.LEAVE
+    with pytest.raises(ConnectionError):
+        flow.send([0, 0, False])
+
+
+def test_a_lease_handed_to_a_waiter_that_was_leaving_is_passed_on():
+    clock = Clock()
+    flow = flows.acquire(plan(clock, first="join"))
+    next(flow)
+    flow.throw(KeyboardInterrupt())  # interrupted while blocked
+    release = flow.send([1, "0", 3000, b"0|3000|0|"])  # handed to us meanwhile
+    assert isinstance(release, Eval)
+    assert release.script == "release"
+    assert release.cleanup
+    with pytest.raises(KeyboardInterrupt):
+        flow.send([0])
+
+
+def test_an_unreachable_redis_is_not_told_anything_more():
+    clock = Clock()
+    flow = flows.acquire(plan(clock, first="join", unreachable=lambda error: True))
+    next(flow)
+    with pytest.raises(TimeoutError):
+        flow.throw(TimeoutError("no reply"))
+
+
+def test_a_slot_being_moved_is_looked_at_again_until_the_wait_is_over():
+    clock = Clock()
+    flow = flows.acquire(plan(clock, max_wait=0.2, first="join", retry_soon=lambda e: True))
+    next(flow)
+    request = flow.throw(RuntimeError("TRYAGAIN"))
+    assert isinstance(request, Sleep)
+    assert 0 < request.seconds <= 0.2
+    clock.now += 0.3
+    request = flow.send(None)  # the next look: the wait is over, the lock was held
+    assert isinstance(request, Eval)
+    assert request.args[3] == flows.TAKE_OR_LEAVE
+    with pytest.raises(StopIteration) as done:
+        flow.throw(RuntimeError("TRYAGAIN"))
+    assert isinstance(done.value.value, flows.NotAcquired)
+
+
+def test_without_a_queue_a_waiter_polls_after_a_random_delay():
+    clock = Clock()
+    flow = flows.acquire(plan(clock, queues=False, first="take", max_wait=1.0))
+    request = next(flow)
+    assert isinstance(request, Eval)
+    assert request.script == "take"
+    assert request.keys == (KEYS.lease,)
+    request = flow.send([0, 500, HOLDER])
+    assert isinstance(request, Sleep)
+    assert flows.RETRY_DELAY[0] <= request.seconds <= flows.RETRY_DELAY[1]
+    with pytest.raises(StopIteration) as done:
+        flow.send(None)  # slept; then granted
+        flow.send([1, "7", 10_000, ""])
+    assert done.value.value.fence == 7
+
+
+def test_release_wakes_an_unexpected_first_waiter_itself():
+    flow = flows.release(KEYS, "tok", "")
+    request = next(flow)
+    assert request.script == "release"
+    assert request.keys == KEYS.release_keys("")
+    push = flow.send([2, b"w2", b"0|3000|0|w3"])
+    assert push == Pipeline(
+        (("RPUSH", KEYS.wake("w2"), "0|3000|0|w3"), ("PEXPIRE", KEYS.wake("w2"), 3000)),
+        cleanup=True,
+    )
+    with pytest.raises(StopIteration) as done:
+        flow.send([1, 1])
+    assert done.value.value == 0
+
+
+def test_release_of_a_lease_that_is_not_ours():
+    flow = flows.release(KEYS, "tok", "w2")
+    request = next(flow)
+    assert request.keys[3] == KEYS.wake("w2")  # the expected waiter's list: a declared key
+    with pytest.raises(StopIteration) as done:
+        flow.send([-1])
+    assert done.value.value == -1
+
+
+def test_the_lease_value_round_trips():
+    lease = decode_lease(encode_lease("tok", 1_700_000_000_123, 55, RECORD))
+    assert lease.token == "tok"
+    assert lease.fence == 55
+    assert lease.since_ms == 1_700_000_000_123
+    assert lease.owner == OwnerRecord(10, 42, "host", "MainThread", label="a|b%c")
+    assert lease.describe("job")["name"] == "job"
+    with pytest.raises(ValueError, match="not a lease"):
+        decode_lease(b"not a lease")
