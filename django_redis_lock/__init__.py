@@ -14,7 +14,7 @@ from .exceptions import (
     LockNotOwned,
 )
 from .fencing import fenced_update
-from .lock import Claim, Lock
+from .locks import Claim, Lock
 from .management.base import AlreadyRunning, SingleInstanceCommand, SingleInstanceMixin
 from .mixins import LockableModelMixin
 from .once import run_once

@@ -17,7 +17,7 @@ from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 
 from .exceptions import LockNotAcquired
-from .lock import Lock
+from .locks import Lock
 
 __all__ = ["get_or_set_locked"]
 

@@ -29,7 +29,7 @@ from django.template.response import SimpleTemplateResponse
 from . import durations, replays, submissions
 from .conf import lock_settings
 from .exceptions import LockBackendError, LockError, LockLost, LockNotOwned
-from .lock import Claim, Lock
+from .locks import Claim, Lock
 
 __all__ = ["lock", "locked_method", "prevent_double_submit"]
 

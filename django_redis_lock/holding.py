@@ -1,6 +1,6 @@
 """What ``Lock`` keeps between round trips: its settings, its holds (one per thread or task),
 their renewal, and what each outcome of the core's flows means for them. Written once for the
-sync and the async API, which differ only in how they run a flow (``lock.py``)."""
+sync and the async API, which differ only in how they run a flow (``locks.py``)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from django.db import router, transaction
 
 from .exceptions import LockBackendError, LockNotOwned
-from .lock import Lock
+from .locks import Lock
 
 __all__ = ["LockableModelMixin", "PreventDoubleSubmitMixin", "release_after_transaction"]
 

@@ -26,7 +26,7 @@ from asgiref.sync import iscoroutinefunction
 
 from . import durations
 from .exceptions import LockBackendError, LockNotOwned
-from .lock import Claim, Lock
+from .locks import Claim, Lock
 
 __all__ = ["run_once"]
 

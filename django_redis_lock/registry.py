@@ -29,7 +29,7 @@ from .connection import lock_client
 from .core import flows
 from .core.lease import decode_lease
 from .keys import lock_keys, name_in_key, namespace, readable_tag
-from .lock import Lock
+from .locks import Lock
 from .quorum import QuorumClient
 from .signals import lock_force_released
 

@@ -16,7 +16,6 @@ would have ended. The lock turns that into ``lock.lost``, ``LockLost``, an ERROR
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import threading
@@ -99,11 +98,12 @@ class _Renewer:
     def _reset(self) -> None:
         # After fork the thread is gone and the leases are the parent's, not ours.
         self._condition = threading.Condition()
-        self._leases: set[RenewedLease] = set()
-        # Leases added since the thread last looked. An acquisition only appends here (no lock
-        # taken), and its release only marks the lease inactive: most holds end long before
-        # their first renewal, and the watchdog then never has to look at them twice.
-        self._incoming: collections.deque[RenewedLease] = collections.deque()
+        # The held leases, by id. An acquisition only adds its lease here and its release
+        # takes it out (each one dict operation, atomic under the GIL: no lock taken, no thread
+        # woken), so most holds end before the watchdog ever looks at them, and it only ever
+        # looks at the leases held now. Added to: _added counts on, so that the thread knows.
+        self._leases: dict[int, RenewedLease] = {}
+        self._added = 0
         self._thread: threading.Thread | None = None
         # When the thread will next look (None: it is busy, or waits for a first lease).
         self._wakes_at: float | None = None
@@ -115,7 +115,8 @@ class _Renewer:
 
     def add(self, lease: RenewedLease) -> None:
         lease.active = True
-        self._incoming.append(lease)
+        self._leases[id(lease)] = lease
+        self._added += 1
         # Waking the thread costs more than the whole acquire; only do it when this lease
         # falls due before the thread would look anyway (or there is no thread yet).
         wakes_at = self._wakes_at
@@ -129,7 +130,8 @@ class _Renewer:
                 self._condition.notify()
 
     def remove(self, lease: RenewedLease) -> None:
-        lease.active = False  # the thread drops it when it next looks
+        lease.active = False
+        self._leases.pop(id(lease), None)
 
     def __contains__(self, lease: RenewedLease) -> bool:
         return lease.active
@@ -139,6 +141,7 @@ class _Renewer:
             with self._condition:
                 while True:
                     now = time.monotonic()
+                    added = self._added
                     ended, abandoned, due = self._sort_out(now)
                     if ended or abandoned or due:
                         self._wakes_at = None
@@ -149,7 +152,7 @@ class _Renewer:
                         self._wakes_at = now + _IDLE_LOOK
                     elif self._wakes_at is not None and self._leases:
                         self._idle_looks = 0
-                    if self._incoming:
+                    if self._added != added:
                         # Added meanwhile, without telling us (add() saw an earlier _wakes_at
                         # than the one just set): look at it before sleeping.
                         continue
@@ -179,13 +182,11 @@ class _Renewer:
     ) -> tuple[list[RenewedLease], list[tuple[RenewedLease, str]], list[RenewedLease]]:
         """(leases whose renewal is still under way when they end: lost now, by our clock;
         leases nobody can release any more; leases due for renewal). The first two leave."""
-        while self._incoming:
-            self._leases.add(self._incoming.popleft())
-        ended, abandoned, due, removed = [], [], [], []
-        for lease in self._leases:
+        ended, abandoned, due = [], [], []
+        for lease in list(self._leases.values()):  # a copy: others add and remove meanwhile
             if not lease.active:
-                removed.append(lease)
-            elif id(lease.client) in self._busy:
+                continue
+            if id(lease.client) in self._busy:
                 if self._ends_at(lease) <= now:
                     ended.append(lease)
             elif lease.due <= now + (0 if lease.failure else lease.length / 6):
@@ -198,7 +199,6 @@ class _Renewer:
                     due.append(lease)
                 else:
                     abandoned.append((lease, reason))
-        self._leases.difference_update(removed)
         for lease in ended:
             self._discard(lease)
         for lease, _ in abandoned:
@@ -207,14 +207,14 @@ class _Renewer:
 
     def _discard(self, lease: RenewedLease) -> None:
         lease.active = False
-        self._leases.discard(lease)
+        self._leases.pop(id(lease), None)
 
     def _next_look(self) -> float | None:
         """When a lease next falls due, or one under renewal ends (None: no lease)."""
         return min(
             (
                 self._ends_at(lease) if id(lease.client) in self._busy else lease.due
-                for lease in self._leases
+                for lease in list(self._leases.values())
             ),
             default=None,
         )

@@ -34,7 +34,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from .. import durations
 from ..conf import lock_settings
 from ..exceptions import LockBackendError, LockNotAcquired, LockNotOwned
-from ..lock import Lock
+from ..locks import Lock
 from ..signals import lock_lost
 
 __all__ = ["AlreadyRunning", "SingleInstanceCommand", "SingleInstanceMixin"]
