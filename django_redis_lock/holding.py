@@ -4,10 +4,10 @@ sync and the async API, which differ only in how they run a flow (``locks.py``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
-import secrets
 import socket
 import threading
 import time
@@ -171,12 +171,17 @@ class Holding:
 
     def _owner_record(self, owner: object, lease: float) -> str:
         # Built once per process, owner and lease: it is the same for every acquisition a
-        # long-lived Lock object makes from one thread (a thread may be renamed: checked too).
-        described = owner_description(owner)
-        key = (holds.pid, tuple(described.values()), lease)
+        # long-lived Lock object makes from one thread (a thread may be renamed: checked too,
+        # cheaply, since this runs on every acquisition).
+        if isinstance(owner, asyncio.Task):
+            names: tuple[Any, ...] = (owner.get_name(), threading.current_thread().name)
+        else:
+            names = (getattr(owner, "name", None),)
+        key = (holds.pid, names, lease)
         cached = self._records.get(owner)
         if cached is not None and cached[0] == key:
             return cached[1]
+        described = owner_description(owner)
         record = OwnerRecord(
             lease=lease, pid=os.getpid(), host=_HOST, thread=described["thread"],
             task=described.get("task"), label=self._label,
@@ -222,7 +227,7 @@ class Holding:
         started = time.monotonic()
         plan = flows.AcquirePlan(
             keys=resolved.keys,
-            token=secrets.token_urlsafe(12),
+            token=holds.new_token(),
             lease_ms=durations.milliseconds(resolved.lease),
             record=self._owner_record(owner, resolved.lease),
             max_wait=resolved.wait if wait is None else wait,

@@ -10,7 +10,9 @@ pid that took it and is ignored elsewhere. Nor does it outlive its owner: the wa
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
+import secrets
 import threading
 import weakref
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ __all__ = [
     "Hold",
     "HoldWatch",
     "current_owner",
+    "new_token",
     "owner_description",
     "pid",
     "reentrant_holds",
@@ -31,6 +34,22 @@ __all__ = [
 #: This process' pid, kept up to date across fork() rather than asked of the kernel on every
 #: acquire and release: a hold whose ``pid`` differs is a forked child's copy of its parent's.
 pid = os.getpid()
+
+# Random bytes for tokens, taken from the OS a few kilobytes at a time rather than with a
+# system call per acquisition; emptied at fork, so that a child never reuses its parent's.
+_random = bytearray()
+_random_lock = threading.Lock()
+
+
+def new_token() -> str:
+    """A new owner token: 96 random bits (``secrets``' source), 16 URL-safe characters."""
+    global _random
+    with _random_lock:
+        if len(_random) < 12:
+            _random = bytearray(secrets.token_bytes(3072))
+        chunk = bytes(_random[-12:])
+        del _random[-12:]
+    return base64.urlsafe_b64encode(chunk).decode()
 
 
 def current_owner() -> object:
@@ -152,6 +171,8 @@ def _after_fork_in_child() -> None:
     pid = os.getpid()
     # The parent's holds: re-entering one would join the parent's hold.
     reentrant_holds.clear()
+    global _random, _random_lock
+    _random, _random_lock = bytearray(), threading.Lock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

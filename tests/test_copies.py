@@ -3,6 +3,7 @@ not to a copy, not to an unpickled Lock."""
 
 from __future__ import annotations
 
+import os
 import copy
 import multiprocessing
 import pickle
@@ -60,3 +61,22 @@ def test_an_unheld_lock_pickles_with_its_quorum_members():
     twin = pickle.loads(pickle.dumps(Lock("q", using=["a", "b", "c"], auto_renew=False)))
     assert repr(twin) == "<Lock 'q'>"
     assert twin.__reduce__()[0].keywords["using"] == ("a", "b", "c")
+
+
+def test_a_forked_child_never_draws_its_parents_tokens():
+    """Tokens come from a buffer of random bytes: a child must not inherit it, or its next
+    token would be its parent's next one (two holders with one token)."""
+    from django_redis_lock import holds
+
+    holds.new_token()  # the parent has random bytes in store now
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.write(write, holds.new_token().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child_token = os.read(read, 64).decode()
+    os.close(read)
+    os.close(write)
+    assert len(child_token) == 16
+    assert child_token != holds.new_token()
