@@ -3,9 +3,9 @@ not to a copy, not to an unpickled Lock."""
 
 from __future__ import annotations
 
-import os
 import copy
 import multiprocessing
+import os
 import pickle
 from concurrent.futures import ProcessPoolExecutor
 
