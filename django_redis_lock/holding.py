@@ -12,7 +12,6 @@ import socket
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -20,6 +19,7 @@ from redis.exceptions import RedisError
 
 from . import durations, holds, signals
 from .backends import Backend, backend_of
+from .claims import Claim, Pending, Resolved, Step
 from .commands import request_sent
 from .conf import lock_settings
 from .connection import LockAlias, quorum_members
@@ -30,7 +30,7 @@ from .holds import Hold, HoldWatch, current_owner, owner_description, reentrant_
 from .keys import LockKeys, lock_keys, readable_tag
 from .renewal import RenewedLease, renewer
 
-__all__ = ["Claim", "Holding"]
+__all__ = ["Holding"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -38,55 +38,6 @@ _HOST = socket.gethostname()
 # How long after an acquisition had to wait the next one through the same object joins the
 # queue at once (one round trip saved per acquisition of a busy lock).
 _CONTENDED_MEMORY = 1.0
-
-
-@dataclass(frozen=True)
-class Claim:
-    """What :meth:`Lock.claim` got: the lock (``acquired``), the guarded work's result
-    (``result``: it was done already), or neither (``refusal``: who holds it)."""
-
-    acquired: bool
-    result: bytes | None = None
-    refusal: LockNotAcquired | None = None
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """What a Lock takes from the settings, on first use."""
-
-    alias: LockAlias
-    keys: LockKeys
-    lease: float
-    renew: bool
-    wait: float
-    quorum: bool
-    replicas: int  # that must confirm an acquisition (MIN_REPLICAS)
-    replica_timeout_ms: int
-
-
-@dataclass(eq=False, slots=True)
-class Pending:
-    """An acquisition under way."""
-
-    owner: object
-    alias: LockAlias
-    plan: flows.AcquirePlan
-    lease: float
-    renew: bool
-
-
-@dataclass(eq=False, slots=True)
-class Step:
-    """A release or an extension under way (``flow`` None: a re-entrant level, no I/O)."""
-
-    owner: object
-    alias: LockAlias
-    keys: LockKeys
-    hold: Hold
-    flow: flows.Flow | None
-    earlier_ran: bool = False  # release: an earlier try of it may have run in Redis
-    lease: float = 0.0  # extend: the new length
-    started: float = 0.0
 
 
 def _owner_of(value: Any, name: str) -> dict[str, Any] | None:

@@ -34,7 +34,7 @@ from django.conf import settings
 
 from .conf import lock_settings
 from .connection import quorum_members
-from .core.flows import LockKeys
+from .core.lease import LockKeys
 
 __all__ = [
     "LockKeys",

@@ -31,11 +31,12 @@ from redis.exceptions import RedisError
 from . import durations
 from .backends import async_backend_for, backend_of
 from .backends.drivers import arun, run
+from .claims import Claim
 from .connection import async_lock_client
 from .core import flows
 from .core.requests import Command
 from .exceptions import LockBackendError, LockNotOwned
-from .holding import Claim, Holding
+from .holding import Holding
 from .holds import Hold, current_owner
 from .quorum import members as checked_quorum
 

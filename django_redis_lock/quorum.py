@@ -50,7 +50,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from .commands import pack
-from .core.flows import LockKeys
+from .core.lease import LockKeys
 from .durations import clock_allowance
 from .scripts import EXTEND, RELEASE, TAKE, Script
 

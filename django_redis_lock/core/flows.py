@@ -20,15 +20,16 @@ Acquiring (``acquire``):
 
 from __future__ import annotations
 
-import contextlib
 import math
 import random
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .requests import Block, Command, Eval, Failover, Pipeline, Request, Sleep
+from .lease import LockKeys
+from .release import Unconfirmed, extend, give_back, release, text
+from .requests import Block, Command, Eval, Failover, Flow, Pipeline, Sleep
 
 __all__ = [
     "BLOCK_CAP",
@@ -44,7 +45,6 @@ __all__ = [
     "release",
 ]
 
-Flow = Generator[Request, Any, Any]
 
 # The longest single block on a wake-up list. A waiter's liveness deadline is one block plus
 # LIVENESS_SLACK: the longest a waiter that died unannounced stays first in line.
@@ -59,30 +59,6 @@ REPLY_FLOOR = 1.0
 RETRY_DELAY = (0.005, 0.03)
 # join.lua's modes.
 QUEUE, TAKE_OR_LEAVE, LEAVE = 1, 2, 3
-
-
-@dataclass(frozen=True)
-class LockKeys:
-    """The keys of one lock (``keys.py`` names them)."""
-
-    lease: str
-    queue: str
-    waiters: str
-    result: str
-    wake_prefix: str
-
-    @classmethod
-    def of(cls, lease: str) -> LockKeys:
-        """The keys of the lock whose lease is ``lease`` (they share its hash tag)."""
-        return cls(lease, f"{lease}:q", f"{lease}:d", f"{lease}:r", f"{lease}:w:")
-
-    def wake(self, token: str) -> str:
-        return self.wake_prefix + token
-
-    def release_keys(self, expected: str) -> tuple[str, ...]:
-        """The keys ``release.lua`` is given, expecting ``expected`` first in line."""
-        wake = self.wake(expected) if expected else self.wake_prefix
-        return (self.lease, self.queue, self.waiters, wake, self.result)
 
 
 @dataclass(slots=True)
@@ -129,22 +105,9 @@ class Done:
     result: bytes
 
 
-class Unconfirmed(Exception):
-    """Too few replicas confirmed a write within the time allowed (``MIN_REPLICAS``)."""
-
-    def __init__(self, acknowledged: int, replicas: int) -> None:
-        super().__init__(f"{acknowledged} of {replicas} replicas confirmed")
-        self.acknowledged = acknowledged
-        self.replicas = replicas
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _from_message(message: Any, sent_at: float) -> Acquired:
     """A release's wake-up message: ``fence|lease_ms|done|next token``."""
-    fence, lease_ms, done, next_token = _text(message).split("|", 3)
+    fence, lease_ms, done, next_token = text(message).split("|", 3)
     return Acquired(int(fence), int(lease_ms), sent_at, next_token, done == "1")
 
 
@@ -153,13 +116,6 @@ def _budget(remaining: float) -> float | None:
     for ever, and the socket timeout decides). So acquire(wait=1) against a stalled Redis
     gives up after about a second."""
     return None if remaining == math.inf else max(remaining, REPLY_FLOOR)
-
-
-def give_back(keys: LockKeys, token: str) -> Eval:
-    """Sent after an acquisition request whose reply we gave up on (too slow, cancelled), on
-    the same connection: the lease that request may have granted goes back instead of being
-    held for a lease by nobody."""
-    return Eval("release", keys.release_keys(""), (token, ""))
 
 
 def acquire(plan: AcquirePlan) -> Flow:
@@ -386,54 +342,3 @@ def _check_replicas(plan: AcquirePlan, reply: Any) -> Flow:
         yield Failover(plan.keys.lease)
         raise Unconfirmed(acknowledged, plan.replicas)
     return reply
-
-
-def release(
-    keys: LockKeys,
-    token: str,
-    expected: str,
-    *,
-    result: bytes | None = None,
-    result_ttl_ms: int = 0,
-    reply_timeout: float | None = None,
-    cleanup: bool = False,
-) -> Flow:
-    """Release the lease ``token`` holds, handing it to the first live waiter (``expected``:
-    the one we think is first). ``result``: kept ``result_ttl_ms`` for duplicates. Returns
-    0 (released), -1 (not ours: nothing touched) or -2 (the key is not a lock)."""
-    keep = (result, result_ttl_ms) if result is not None else ()
-    reply = yield Eval(
-        "release", keys.release_keys(expected), (token, expected, *keep),
-        reply_timeout=reply_timeout, cleanup=cleanup,
-    )  # fmt: skip
-    code = int(reply[0])
-    if code == 2:
-        # Handed to a waiter we did not expect: wake it. If this fails, it finds the lease its
-        # own when its block ends and it looks again.
-        head, message = _text(reply[1]), _text(reply[2])
-        ms = int(message.split("|", 2)[1])
-        with contextlib.suppress(Exception):
-            yield Pipeline(
-                (("RPUSH", keys.wake(head), message), ("PEXPIRE", keys.wake(head), ms)),
-                cleanup=True,
-            )
-    return 0 if code > 0 else code
-
-
-def extend(
-    keys: LockKeys, token: str, lease_ms: int, replicas: int = 0, timeout_ms: int = 0
-) -> Flow:
-    """Make the lease end ``lease_ms`` from now; False when it is no longer ours."""
-    reply = yield Eval(
-        "extend",
-        (keys.lease,),
-        (token, lease_ms),
-        replicas=replicas,
-        replica_timeout_ms=timeout_ms,
-    )
-    if replicas:
-        reply, acknowledged = reply
-        if int(reply) == 1 and acknowledged < replicas:
-            yield Failover(keys.lease)
-            raise Unconfirmed(acknowledged, replicas)
-    return int(reply) == 1

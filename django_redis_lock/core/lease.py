@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["Lease", "OwnerRecord", "decode_lease", "encode_lease", "held_by"]
+__all__ = ["Lease", "LockKeys", "OwnerRecord", "decode_lease", "encode_lease", "held_by"]
 
 
 def _escape(text: str | None) -> str:
@@ -139,3 +139,28 @@ def seconds_left(pttl: int) -> float | None:
     if pttl == -2:
         return None
     return math.inf if pttl == -1 else pttl / 1000
+
+
+@dataclass(frozen=True)
+class LockKeys:
+    """The keys of one lock (``keys.py`` names them): the lease, and the queue keys that exist
+    while someone waits."""
+
+    lease: str
+    queue: str
+    waiters: str
+    result: str
+    wake_prefix: str
+
+    @classmethod
+    def of(cls, lease: str) -> LockKeys:
+        """The keys of the lock whose lease is ``lease`` (they share its hash tag)."""
+        return cls(lease, f"{lease}:q", f"{lease}:d", f"{lease}:r", f"{lease}:w:")
+
+    def wake(self, token: str) -> str:
+        return self.wake_prefix + token
+
+    def release_keys(self, expected: str) -> tuple[str, ...]:
+        """The keys ``release.lua`` is given, expecting ``expected`` first in line."""
+        wake = self.wake(expected) if expected else self.wake_prefix
+        return (self.lease, self.queue, self.waiters, wake, self.result)

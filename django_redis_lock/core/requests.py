@@ -5,10 +5,11 @@ a request once it is made.)"""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Block", "Command", "Eval", "Failover", "Pipeline", "Request", "Sleep"]
+__all__ = ["Block", "Command", "Eval", "Failover", "Flow", "Pipeline", "Request", "Sleep"]
 
 
 @dataclass(slots=True)
@@ -80,3 +81,6 @@ class Failover:
 
 
 Request = Eval | Command | Pipeline | Block | Sleep | Failover
+
+# An operation: yields requests, is sent their replies, returns its outcome.
+Flow = Generator[Request, Any, Any]
