@@ -208,3 +208,13 @@ def test_the_lease_value_round_trips():
     assert lease.describe("job")["name"] == "job"
     with pytest.raises(ValueError, match="not a lease"):
         decode_lease(b"not a lease")
+
+
+def test_a_block_sent_with_its_join_is_cut_when_the_holders_lease_ends_sooner():
+    """The first block goes out before the holder's lease is known: the backend cuts it at the
+    lease end the join reports (the holder may have died without releasing)."""
+    clock = Clock()
+    flow = flows.acquire(plan(clock, first="join"))
+    request = next(flow)
+    assert request.at_most([0, 120, False]) == pytest.approx(0.121)
+    assert request.at_most([1, "0", 10_000, ""]) == float("inf")  # taken: nothing to cut

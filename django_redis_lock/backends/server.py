@@ -65,6 +65,14 @@ def _silent(give_back: Eval | None) -> Callable[[], Sequence[Any]] | None:
     return lambda: script.command(give_back.keys, give_back.args)
 
 
+def _shortened(request: Block, reply: Any) -> tuple[float, bool]:
+    """How long a block sent after ``request.first`` lasts, given its reply (``at_most``)."""
+    limit = request.at_most(reply) if request.at_most is not None else request.seconds
+    if limit < request.seconds:
+        return max(limit, 0.001), True
+    return request.seconds, request.exact
+
+
 class Backend:
     """What every backend, sync or async, tells the flows about its topology."""
 
@@ -136,7 +144,7 @@ class ServerBackend(Backend):
             try:
                 return run_then_wait(
                     self.client, command, request.key, request.seconds, exact=request.exact,
-                    reply_timeout=first.reply_timeout, if_silent=silent,
+                    reply_timeout=first.reply_timeout, if_silent=silent, at_most=request.at_most,
                 )  # fmt: skip
             except NoScriptError:
                 if attempt == 2:
@@ -167,7 +175,8 @@ class ClusterBackend(ServerBackend):
         # In two round trips: the script through the Cluster client, which follows MOVED and
         # ASK (a slot being moved), then the wait on the node's own connection.
         reply = super().perform(first)
-        return reply, wait_for_wake(self.client, request.key, request.seconds, exact=request.exact)
+        seconds, exact = _shortened(request, reply)
+        return reply, wait_for_wake(self.client, request.key, seconds, exact=exact)
 
 
 class QuorumBackend(ServerBackend):
@@ -221,7 +230,7 @@ class AsyncServerBackend(Backend):
             try:
                 return await arun_then_wait(
                     self.client, command, request.key, request.seconds, exact=request.exact,
-                    reply_timeout=first.reply_timeout, if_silent=silent,
+                    reply_timeout=first.reply_timeout, if_silent=silent, at_most=request.at_most,
                 )  # fmt: skip
             except NoScriptError:
                 if attempt == 2:
@@ -235,8 +244,8 @@ class AsyncClusterBackend(AsyncServerBackend):
 
     async def _run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
         reply = await self.perform(first)
-        popped = await await_wake(self.client, request.key, request.seconds, exact=request.exact)
-        return reply, popped
+        seconds, exact = _shortened(request, reply)
+        return reply, await await_wake(self.client, request.key, seconds, exact=exact)
 
     async def perform(self, request: Request) -> Any:
         if isinstance(request, Eval) and request.replicas:

@@ -226,7 +226,9 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             try:
                 if together:
                     queued = True  # perhaps, from here on: an error leaves the line
-                    reply, message = yield Block(keys.wake(token), block, exact, first=join)
+                    reply, message = yield Block(
+                        keys.wake(token), block, exact, first=join, at_most=_until_lease_ends
+                    )
                 else:
                     reply = yield _confirmed(plan, join)
             except Exception as error:
@@ -281,10 +283,20 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                     granted = Acquired(granted.fence, plan.lease_ms, clock(), granted.next_token,
                                        granted.done)  # fmt: skip
                 return granted
+    except GeneratorExit:
+        raise  # closed by its owner: nothing more may be sent
     except BaseException as error:
         if queued and not plan.unreachable(error):
             yield from _leave(keys, token, join_keys, plan.lease_ms, plan.record)
         raise
+
+
+def _until_lease_ends(reply: Any) -> float:
+    """After a queue join's reply: a block lasts at most until the holder's lease ends (it may
+    have died without releasing), a millisecond more."""
+    if int(reply[0]) == 0 and int(reply[1]) > 0:
+        return int(reply[1]) / 1000 + 0.001
+    return math.inf
 
 
 def _result_instead(plan: AcquirePlan, granted: Acquired) -> Flow:

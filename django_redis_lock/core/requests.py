@@ -5,7 +5,7 @@ a request once it is made.)"""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,12 +57,15 @@ class Block:
     """Block until something is pushed on ``key`` (the reply is what was popped) or
     ``seconds`` pass (None). ``exact``: the time matters (cut it to the millisecond).
     ``first``: a script to run just before, in the same round trip where the backend can; the
-    reply is then ``(its reply, what was popped)``."""
+    reply is then ``(its reply, what was popped)``. ``at_most``: given ``first``'s reply, how
+    long the block may last after all (e.g. until the holder's lease ends: the block is then cut
+    short, exactly)."""
 
     key: str
     seconds: float
     exact: bool
     first: Eval | None = None
+    at_most: Callable[[Any], float] | None = None
 
 
 @dataclass(slots=True)
