@@ -56,7 +56,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_views.py
 	$(BIN)/python benchmarks/bench_admin.py
 	$(BIN)/python benchmarks/bench_scaleout.py
-	$(BIN)/python benchmarks/bench_engine.py
+	$(BIN)/python benchmarks/bench_renewal.py
 
 clean:
 	rm -rf $(VENV) .tox build dist *.egg-info example_project/.redis example_project/db.sqlite3
