@@ -3,9 +3,9 @@
 Not redis-py's ``execute_command``, which retries after a timeout or a dropped connection (and
 could run a lock script twice): a lock command is tried once, and the caller decides what a
 failure means (:func:`request_sent` says whether a failed one may have run all the same). Also
-here: the waiters' blocking wait for a wake-up (``BLPOP``), a write confirmed by replicas
-(``WAIT``), several commands in one round trip, and what to do after a failover (ask Sentinel,
-read the Cluster slot map again). The Lua scripts sent this way are in ``scripts.py``.
+here: a write confirmed by replicas (``WAIT``), several commands in one round trip, and what to
+do after a failover (ask Sentinel, read the Cluster slot map again). The waiters' blocking wait
+for a wake-up is in ``waits.py``; the Lua scripts sent this way are in ``scripts.py``.
 """
 
 from __future__ import annotations
@@ -18,28 +18,28 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, cast
 
 from redis.exceptions import AskError, MovedError, RedisClusterException, RedisError, ResponseError
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = [
+    "aborrowed",
     "adrop_stale_connections",
     "aexecute",
     "aexecute_acknowledged",
     "aexecute_many",
-    "arun_then_wait",
-    "await_wake",
+    "borrowed",
     "drop_stale_connections",
     "execute",
     "execute_acknowledged",
     "execute_many",
     "follow_sentinel",
+    "no_reply",
     "pack",
     "redirected",
     "request_sent",
     "reread_slot_map",
-    "run_then_wait",
     "server_of",
-    "wait_for_wake",
+    "socket_timeout_of",
+    "sooner",
 ]
 
 
@@ -68,7 +68,7 @@ def _unsent(error: RedisError) -> None:
     error.request_sent = False  # type: ignore[attr-defined]
 
 
-class _borrowed:
+class borrowed:
     """A connection of ``client``'s pool for a few commands, given back afterwards.
 
     A class, not a ``contextlib.contextmanager``: this is on every request, and a context
@@ -98,7 +98,7 @@ class _borrowed:
 
 
 @contextlib.asynccontextmanager
-async def _aborrowed(client: Any) -> AsyncIterator[Any]:
+async def aborrowed(client: Any) -> AsyncIterator[Any]:
     """:func:`_borrowed` for a ``redis.asyncio`` client."""
     pool = client.connection_pool
     try:
@@ -117,12 +117,12 @@ async def _aborrowed(client: Any) -> AsyncIterator[Any]:
         await pool.release(connection)
 
 
-def _sooner(reply_timeout: float | None, socket_timeout: float | None) -> bool:
+def sooner(reply_timeout: float | None, socket_timeout: float | None) -> bool:
     """Whether ``reply_timeout`` cuts a wait for a reply shorter than the socket timeout."""
     return reply_timeout is not None and (socket_timeout is None or reply_timeout < socket_timeout)
 
 
-def _socket_timeout(pool: Any) -> float | None:
+def socket_timeout_of(pool: Any) -> float | None:
     """The socket timeout a pool's connections get: configured, or their class's default."""
     kwargs = pool.connection_kwargs
     if "socket_timeout" in kwargs:
@@ -141,7 +141,7 @@ def _default_socket_timeout(connection_class: type) -> float | None:
     return None
 
 
-def _no_reply(reply_timeout: float) -> RedisTimeoutError:
+def no_reply(reply_timeout: float) -> RedisTimeoutError:
     return RedisTimeoutError(f"Redis did not answer within {reply_timeout:.3g}s")
 
 
@@ -173,15 +173,15 @@ def execute(
         # MOVED and ASK, which mean it did not run) instead of retrying it after a timeout or
         # a dropped connection, when it may have run.
         return client.execute_command(*args, target_nodes=client.get_node_from_key(key))
-    with _borrowed(client) as connection:
+    with borrowed(client) as connection:
         connection.send_packed_command([pack(args)])
         try:
             if (
                 reply_timeout is not None
-                and _sooner(reply_timeout, connection.socket_timeout)
+                and sooner(reply_timeout, connection.socket_timeout)
                 and not connection.can_read(timeout=reply_timeout)
             ):
-                raise _no_reply(reply_timeout)
+                raise no_reply(reply_timeout)
             if if_silent is None:
                 return connection.read_response()
             # Left open on a timeout, for if_silent to follow on it (then dropped, by _borrowed).
@@ -263,7 +263,7 @@ def execute_acknowledged(
     """:func:`execute`, then, if ``wanted(reply)``, ``WAIT replicas timeout_ms`` on the same
     connection (``WAIT`` counts the replicas that have this connection's writes). Returns the
     reply and the number of replicas that acknowledged (-1 when not asked)."""
-    with _borrowed(client) as connection:
+    with borrowed(client) as connection:
         connection.send_packed_command([pack(command)])
         reply = connection.read_response()
         acknowledged = -1
@@ -281,7 +281,7 @@ async def aexecute_acknowledged(
     wanted: Callable[[Any], bool],
 ) -> tuple[Any, int]:
     """:func:`execute_acknowledged` for a ``redis.asyncio`` client."""
-    async with _aborrowed(client) as connection:
+    async with aborrowed(client) as connection:
         await connection.send_packed_command([pack(command)])
         reply = await connection.read_response()
         acknowledged = -1
@@ -297,7 +297,7 @@ def execute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
     Error replies are returned in place, as exception instances, not raised.
     """
     replies = []
-    with _borrowed(client) as connection:
+    with borrowed(client) as connection:
         connection.send_packed_command([b"".join(pack(command) for command in commands)])
         for _ in commands:
             try:
@@ -318,7 +318,7 @@ async def aexecute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[
                 replies.append(error)
         return replies
     replies = []
-    async with _aborrowed(client) as connection:
+    async with aborrowed(client) as connection:
         await connection.send_packed_command([b"".join(pack(command) for command in commands)])
         for _ in commands:
             try:
@@ -328,196 +328,12 @@ async def aexecute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[
     return replies
 
 
-# BLPOP's own timeout is only checked when the server's event loop wakes (every 100 ms on an
-# idle server with the default hz 10), so it can overshoot by that much. When the time matters
-# (the wait ends, or the holder's lease does) the server is given longer and the client cuts the
-# wait itself, to the millisecond, at the price of a new connection next time. Otherwise the
-# server's timeout is used and the client allows it this much lateness.
-_SERVER_LATENESS = 0.5
-
-
-def _blpop_timeouts(seconds: float, exact: bool) -> tuple[float, float]:
-    """(timeout sent to the server, time the client waits for the reply)."""
-    if exact:
-        return seconds + 1.0, seconds
-    return seconds, seconds + _SERVER_LATENESS
-
-
-def _interrupted(error: RedisError) -> bool:
-    """A blocked wait that ended because the server went away or changed role: a failover
-    (Redis Cluster answers ``-UNBLOCKED`` to clients blocked on a primary that became a
-    replica, or ``MOVED``; Sentinel's demotion closes the connection), not a bad request."""
-    if isinstance(error, RedisConnectionError | RedisTimeoutError) or redirected(error):
-        return True
-    return isinstance(error, ResponseError) and str(error).startswith("UNBLOCKED")
-
-
 def redirected(error: RedisError) -> bool:
     """``MOVED`` or ``ASK``: redis-py before 6 raises them as plain ``ResponseError`` outside
     its Cluster client."""
     return isinstance(error, MovedError | AskError) or (
         isinstance(error, ResponseError) and str(error).startswith(("MOVED ", "ASK "))
     )
-
-
-def _popped(reply: Any) -> Any:
-    """What ``BLPOP`` popped (its reply is ``[key, value]``), or None when it timed out."""
-    return None if reply is None else reply[1]
-
-
-def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> Any:
-    """Block until something is pushed on ``key`` (returns it) or ``seconds`` pass (None).
-
-    A wait interrupted by a failover also returns None: the caller asks the lock again,
-    which fails at once if no primary answers, or goes on waiting on the new one.
-    """
-    if not hasattr(client, "connection_pool"):
-        cluster, client = client, server_of(client, key)  # timed here, on the node's own pool
-    else:
-        cluster = None
-    server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
-    try:
-        with _borrowed(client) as connection:
-            connection.send_packed_command([pack(("BLPOP", key, server_timeout))])
-            if connection.can_read(timeout=client_timeout):
-                return _popped(connection.read_response())
-            # Still blocked server-side: drop the connection rather than wait for the reply. A
-            # wake-up popped just now is not lost: it is a lease handed to us, which the
-            # caller finds its own when it asks the lock again.
-            connection.disconnect()
-            return None
-    except RedisError as error:
-        if not _interrupted(error):
-            raise
-        if cluster is not None:
-            reread_slot_map(cluster)
-        return None
-
-
-def run_then_wait(
-    client: Any,
-    command: Sequence[Any],
-    key: str,
-    seconds: float,
-    *,
-    exact: bool = True,
-    reply_timeout: float | None = None,
-    if_silent: Callable[[], Sequence[Any]] | None = None,
-    at_most: Callable[[Any], float] | None = None,
-) -> tuple[Any, Any]:
-    """``command``, then :func:`wait_for_wake` on ``key``, in one round trip, on one server's
-    client (not a Cluster's): returns ``(command's reply, what was popped or None)``.
-    ``at_most(reply)``: how long the wait may last, given the command's reply (cut short here).
-
-    The waiting only makes sense when ``command`` left nothing to wait for otherwise (a queue
-    join that took the lock pushes on ``key`` itself). An error of ``command`` is raised, and
-    the connection, with its wait still pending in Redis, dropped; a wait interrupted by a
-    failover gives None, as in :func:`wait_for_wake`. ``reply_timeout`` and ``if_silent``
-    are :func:`execute`'s, for ``command``'s reply (``if_silent`` then runs after the wait,
-    which a command that did not queue us ends at once).
-    """
-    server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
-    with _borrowed(client) as connection:
-        connection.send_packed_command([pack(command) + pack(("BLPOP", key, server_timeout))])
-        try:
-            if (
-                reply_timeout is not None
-                and _sooner(reply_timeout, connection.socket_timeout)
-                and not connection.can_read(timeout=reply_timeout)
-            ):
-                if if_silent is not None:
-                    with contextlib.suppress(RedisError, OSError):
-                        connection.send_packed_command([pack(if_silent())], check_health=False)
-                raise _no_reply(reply_timeout)
-            reply = connection.read_response()
-        except ResponseError:
-            connection.disconnect()  # the BLPOP behind it is still pending
-            raise
-        if at_most is not None:
-            client_timeout = min(client_timeout, at_most(reply))
-        try:
-            if connection.can_read(timeout=client_timeout):
-                return reply, _popped(connection.read_response())
-        except RedisError as error:
-            if not _interrupted(error):
-                raise
-            connection.disconnect()
-            return reply, None
-        connection.disconnect()  # still blocked server-side: see wait_for_wake
-        return reply, None
-
-
-async def arun_then_wait(
-    client: Any,
-    command: Sequence[Any],
-    key: str,
-    seconds: float,
-    *,
-    exact: bool = True,
-    reply_timeout: float | None = None,
-    if_silent: Callable[[], Sequence[Any]] | None = None,
-    at_most: Callable[[Any], float] | None = None,
-) -> tuple[Any, Any]:
-    """:func:`run_then_wait` for a ``redis.asyncio`` client (not a Cluster's); ``if_silent`` is
-    also sent when the task is cancelled while it waits for ``command``'s reply."""
-    server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
-    if not _sooner(reply_timeout, _socket_timeout(client.connection_pool)):
-        reply_timeout = None
-    async with _aborrowed(client) as connection:
-        packed = pack(command) + pack(("BLPOP", key, server_timeout))
-        await connection.send_packed_command([packed])
-        try:
-            reply = await asyncio.wait_for(
-                connection.read_response(disconnect_on_error=False), reply_timeout
-            )
-        except ResponseError:
-            await connection.disconnect()
-            raise
-        except (asyncio.CancelledError, asyncio.TimeoutError, RedisTimeoutError) as error:
-            if if_silent is not None:
-                with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
-                    await connection.send_packed_command([pack(if_silent())], check_health=False)
-            if isinstance(error, asyncio.TimeoutError):
-                raise _no_reply(cast(float, reply_timeout)) from None
-            raise
-        if at_most is not None:
-            client_timeout = min(client_timeout, at_most(reply))
-        try:
-            popped = await asyncio.wait_for(connection.read_response(), client_timeout)
-        except asyncio.TimeoutError:
-            await connection.disconnect()
-            return reply, None
-        except RedisError as error:
-            if not _interrupted(error):
-                raise
-            await connection.disconnect()
-            return reply, None
-        return reply, _popped(popped)
-
-
-async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> Any:
-    """:func:`wait_for_wake` for a ``redis.asyncio`` client."""
-    if not hasattr(client, "connection_pool"):  # Redis Cluster
-        try:
-            return _popped(await aexecute(client, "BLPOP", key, seconds))
-        except RedisError as error:
-            if not _interrupted(error):
-                raise
-            return None
-    server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
-    try:
-        async with _aborrowed(client) as connection:
-            await connection.send_packed_command([pack(("BLPOP", key, server_timeout))])
-            try:
-                reply = await asyncio.wait_for(connection.read_response(), client_timeout)
-            except asyncio.TimeoutError:
-                await connection.disconnect()
-                return None
-            return _popped(reply)
-    except RedisError as error:
-        if not _interrupted(error):
-            raise
-        return None
 
 
 async def aexecute(
@@ -536,18 +352,18 @@ async def aexecute(
         # client reads the slot map on first use, not when built.
         await client.initialize()
         return await client.execute_command(*args, target_nodes=client.get_node_from_key(key))
-    if not _sooner(reply_timeout, _socket_timeout(client.connection_pool)):
+    if not sooner(reply_timeout, socket_timeout_of(client.connection_pool)):
         return await _aexecute_once(client, args, if_silent)
     try:  # the whole exchange: a new connection's handshake waits for Redis too
         return await asyncio.wait_for(_aexecute_once(client, args, if_silent), reply_timeout)
     except asyncio.TimeoutError:
-        raise _no_reply(cast(float, reply_timeout)) from None
+        raise no_reply(cast(float, reply_timeout)) from None
 
 
 async def _aexecute_once(
     client: Any, args: Sequence[Any], if_silent: Callable[[], Sequence[Any]] | None = None
 ) -> Any:
-    async with _aborrowed(client) as connection:
+    async with aborrowed(client) as connection:
         await connection.send_packed_command([pack(args)])
         if if_silent is None:
             return await connection.read_response()

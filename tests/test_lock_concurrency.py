@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
-from django_redis_lock import Lock, commands
+from django_redis_lock import Lock, waits
 from tests import workers
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -47,7 +47,7 @@ def test_no_lost_wake_ups(monkeypatch, redis_client):
     """20 waiters and a holder that releases and re-acquires 100 times: every waiter gets the
     lock, each woken by a release: none ever had to wait for a block to time out."""
     timeouts = []
-    original = commands.wait_for_wake
+    original, original_together = waits.wait_for_wake, waits.run_then_wait
 
     def counting(client, key, seconds, **kwargs):
         woken = original(client, key, seconds, **kwargs)
@@ -55,8 +55,17 @@ def test_no_lost_wake_ups(monkeypatch, redis_client):
             timeouts.append(key)
         return woken
 
+    def counting_together(client, command, key, seconds, **kwargs):
+        reply, woken = original_together(client, command, key, seconds, **kwargs)
+        if reply is not None and int(reply[0]) == 0 and not woken:  # queued, never woken
+            timeouts.append(key)
+        return reply, woken
+
     monkeypatch.setattr(
         sys.modules["django_redis_lock.backends.server"], "wait_for_wake", counting
+    )
+    monkeypatch.setattr(
+        sys.modules["django_redis_lock.backends.server"], "run_then_wait", counting_together
     )
     overlap = threading.Lock()
     acquired_by = []

@@ -23,19 +23,16 @@ from ..commands import (
     adrop_stale_connections,
     aexecute,
     aexecute_many,
-    arun_then_wait,
-    await_wake,
     drop_stale_connections,
     execute,
     execute_many,
-    run_then_wait,
-    wait_for_wake,
 )
 from ..conf import PREFIX
 from ..connection import LockAlias, lock_client
 from ..core.requests import Block, Command, Eval, Failover, Pipeline, Request
 from ..quorum import AsyncQuorumClient, QuorumClient
 from ..scripts import EXTEND, JOIN, RELEASE, TAKE, Script
+from ..waits import arun_then_wait, await_wake, run_then_wait, wait_for_wake
 
 __all__ = [
     "AsyncClusterBackend",
