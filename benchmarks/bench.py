@@ -1156,32 +1156,37 @@ def uncontended_table(results: Results) -> list[str]:
     return _library_table(results, results.uncontended, header, cells)
 
 
-def contended_latency_table(results: Results) -> list[str]:
-    header = [
-        "library",
-        "acq/s",
-        "handoff median ms",
-        "handoff p99 ms",
-        "same worker again",
-        "wait median ms",
-        "wait p99 ms",
-        "wait max ms",
-        "Jain",
-        "acquisitions per worker",
+# The latency and fairness columns, shared by the 6-process and the 24-process tables.
+_LATENCY_HEADER = [
+    "acq/s",
+    "handoff median ms",
+    "handoff p99 ms",
+    "same worker again",
+    "wait median ms",
+    "wait p99 ms",
+    "wait max ms",
+    "Jain",
+]
+
+
+def _latency_cells(r: Contended) -> list[str]:
+    return [
+        _f(r.per_second),
+        _f(r.handoff_median_ms, 3),
+        _f(r.handoff_p99_ms, 3),
+        f"{r.self_reacquired:.1%}",
+        _f(r.wait_median_ms, 2),
+        _f(r.wait_p99_ms, 2),
+        _f(r.wait_max_ms, 1),
+        f"{r.jain:.3f}",
     ]
 
+
+def contended_latency_table(results: Results) -> list[str]:
+    header = ["library", *_LATENCY_HEADER, "acquisitions per worker"]
+
     def cells(r: Contended) -> list[str]:
-        return [
-            _f(r.per_second),
-            _f(r.handoff_median_ms, 3),
-            _f(r.handoff_p99_ms, 3),
-            f"{r.self_reacquired:.1%}",
-            _f(r.wait_median_ms, 2),
-            _f(r.wait_p99_ms, 2),
-            _f(r.wait_max_ms, 1),
-            f"{r.jain:.3f}",
-            " ".join(map(str, r.per_worker)),
-        ]
+        return [*_latency_cells(r), " ".join(map(str, r.per_worker))]
 
     return _library_table(results, results.contended, header, cells)
 
@@ -1230,14 +1235,7 @@ def command_mix_table(results: Results) -> list[str]:
 def crowd_table(results: Results) -> list[str]:
     header = [
         "library",
-        "acq/s",
-        "handoff median ms",
-        "handoff p99 ms",
-        "same worker again",
-        "wait median ms",
-        "wait p99 ms",
-        "wait max ms",
-        "Jain",
+        *_LATENCY_HEADER,
         "lock requests/acq",
         "Redis commands/acq (incl. Lua)",
         "server CPU µs/acq",
@@ -1248,14 +1246,7 @@ def crowd_table(results: Results) -> list[str]:
 
     def cells(r: Contended) -> list[str]:
         return [
-            _f(r.per_second),
-            _f(r.handoff_median_ms, 3),
-            _f(r.handoff_p99_ms, 3),
-            f"{r.self_reacquired:.1%}",
-            _f(r.wait_median_ms, 2),
-            _f(r.wait_p99_ms, 2),
-            _f(r.wait_max_ms, 1),
-            f"{r.jain:.3f}",
+            *_latency_cells(r),
             _f(r.lock_requests, 2),
             _f(r.redis_commands, 2),
             _f(r.server_cpu_us, 1),
@@ -1489,18 +1480,23 @@ def targets_table(results: Results) -> list[str]:
     return _table(header, rows)
 
 
-def render(results: Results) -> str:
-    p = results.params
+def heading(title: str, script: str, seconds: float, machine: dict[str, str]) -> list[str]:
+    """The top of a results file: its title, what wrote it, and the machine."""
     lines = [
-        "# django-redis-lock benchmark results",
+        f"# django-redis-lock benchmark results{title}",
         "",
-        f"Written by `benchmarks/bench.py` (`make bench`) in {results.seconds:.0f} s. "
+        f"Written by `benchmarks/{script}` (`make bench`) in {seconds:.0f} s. "
         "What each number means: `benchmarks/README.md`.",
         "",
         "## Machine",
         "",
     ]
-    lines += [f"- **{key}**: {value}" for key, value in results.machine.items()]
+    return lines + [f"- **{key}**: {value}" for key, value in machine.items()]
+
+
+def render(results: Results) -> str:
+    p = results.params
+    lines = heading("", "bench.py", results.seconds, results.machine)
     lines += [
         "",
         "## Uncontended acquire + release",

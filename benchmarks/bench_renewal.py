@@ -429,16 +429,9 @@ def render(results: Results) -> str:
             + ", ".join(f"{n:,}" for n in p.others_counts)
             + " locks only."
         )
-    lines = [
-        "# django-redis-lock benchmark results: renewal at scale",
-        "",
-        f"Written by `benchmarks/bench_renewal.py` (`make bench`) in {results.seconds:.0f} s. "
-        "What each number means: `benchmarks/README.md`.",
-        "",
-        "## Machine",
-        "",
-    ]
-    lines += [f"- **{key}**: {value}" for key, value in results.machine.items()]
+    lines = bench.heading(
+        ": renewal at scale", "bench_renewal.py", results.seconds, results.machine
+    )
     lines += [
         "",
         "## Holding N auto-renewed locks in one process",
