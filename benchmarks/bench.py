@@ -1584,7 +1584,7 @@ def _log(message: str) -> None:
 
 @contextlib.contextmanager
 def private_redis() -> Iterator[str]:
-    from django_redis_lock.embedded import EmbeddedRedis
+    from embedded_redis import EmbeddedRedis
 
     server = EmbeddedRedis().start()
     try:

@@ -12,7 +12,7 @@ forming the quorum ``redlock`` (``DJANGO_REDIS_LOCK_QUORUMS``, cache aliases q0,
    renewed) and ``Lock(name, fencing=True)`` in each mode, next to each mode's floor:
    ``SET NX PX`` + ``DEL`` on one connection (single), through ``RedisCluster`` (cluster), sent
    to the three servers at once and then read from all three (quorum); and the lock's own
-   ACQUIRE + RELEASE scripts, bare, on one server or sent to three at once (what quorum mode
+   take + release scripts, bare, on one server or sent to three at once (what quorum mode
    cannot do with less, whatever its client code). Every variant runs a block of cycles in
    each of many rounds, the order rotated from round to round, so a noisy neighbour hurts all
    alike; per-round medians give the spread, and ratios are taken within each round (paired)
@@ -21,7 +21,7 @@ forming the quorum ``redlock`` (``DJANGO_REDIS_LOCK_QUORUMS``, cache aliases q0,
    (INCR an overlap detector, GET + SET a counter, DECR: 4 round trips to the single server,
    no sleep); rounds again, modes interleaved. Handoff = another worker's acquisition minus the
    previous release (``bench.summarize_contended``). In quorum mode a release wakes nobody:
-   waiters look again after a random 5-30 ms (``quorum.py``), so handoffs are slower.
+   waiters look again after a random 5-30 ms (``quorum/``), so handoffs are slower.
 
 Target (issue #7): quorum cycle at most 1.5x the single-server cycle. Results go to
 ``benchmarks/results-scaleout.md`` (and stdout). ``--profile N`` instead runs N cycles of one
@@ -106,7 +106,7 @@ class Servers:
 
 def _start_cluster(started: list[Any]) -> list[Any]:
     """Three primaries in cluster mode, slots split evenly (as the tests' cluster)."""
-    from django_redis_lock.embedded import EmbeddedRedis, start_cluster
+    from embedded_redis import EmbeddedRedis, start_cluster
 
     def start(**kwargs: Any) -> EmbeddedRedis:
         server = EmbeddedRedis(**kwargs).start()
@@ -118,7 +118,7 @@ def _start_cluster(started: list[Any]) -> list[Any]:
 
 @contextlib.contextmanager
 def private_servers() -> Iterator[Servers]:
-    from django_redis_lock.embedded import EmbeddedRedis
+    from embedded_redis import EmbeddedRedis
 
     started: list[Any] = []
     try:
@@ -227,43 +227,39 @@ def _floor_connections(mode: str) -> Callable[[dict[str, Any], str], Callable[[]
 
 
 # The lock's owner record, as Lock sends it (about this size): for the scripts floor.
-_RECORD = (
-    '{"name":"bench:scaleout:scripts","label":null,"host":"bench-host","pid":12345,'
-    '"thread":"MainThread","thread_id":140000000000000,"lease":30.0}'
-)
+_RECORD = "30000|12345|bench-host|MainThread|||bench:scaleout:scripts"
 
 
 def _scripts_floor(mode: str) -> Callable[[dict[str, Any], str], Callable[[], None]]:
-    """The lock's own ``ACQUIRE`` (try once, no flags) and ``RELEASE`` scripts by ``EVALSHA``,
-    each sent on all the connections at once, then read from all; no lock logic around them.
-    The arguments follow ``Lock._attempt_args`` (scripts.py documents them): if they change,
-    this row shows an error instead of a number."""
+    """The scripts quorum mode runs, ``take.lua`` and ``release.lua``, by ``EVALSHA``, each
+    sent on all the connections at once, then read from all; no lock logic around them. The
+    arguments follow ``core/flows.py`` and ``core/release.py`` (each script documents them at
+    its top): if they change, this row shows an error instead of a number."""
 
     def build(urls: dict[str, Any], name: str) -> Callable[[], None]:
         from django_redis_lock.keys import lock_keys
-        from django_redis_lock.scripts import ACQUIRE, RELEASE
+        from django_redis_lock.scripts import RELEASE, TAKE
 
         connections = _connections(urls["quorum"] if mode == "quorum" else [urls["single"]])
-        key = lock_keys(name, ALIAS[mode]).lease
+        keys = lock_keys(name, ALIAS[mode])
         for connection in connections:
-            for script in (ACQUIRE, RELEASE):
+            for script in (TAKE, RELEASE):
                 connection.send_packed_command(
                     connection.pack_command("SCRIPT", "LOAD", script.source)
                 )
                 connection.read_response()
         pack = connections[0].pack_command
+        release_keys = keys.release_keys("")
 
         def cycle() -> None:
             token = secrets.token_hex(16)
-            taking = pack(
-                "EVALSHA", ACQUIRE.sha, 1, key, token, 30_000, _RECORD, 0, "", 10_500, ""
-            )
+            taking = pack("EVALSHA", TAKE.sha, 1, keys.lease, token, 30_000, _RECORD, "")
             for connection in connections:
                 connection.send_packed_command(taking)
             replies = [connection.read_response() for connection in connections]  # read all
             if not all(reply[0] == 1 for reply in replies):
                 raise RuntimeError(f"a free lock was not granted: {replies}")
-            releasing = pack("EVALSHA", RELEASE.sha, 1, key, token, 0)
+            releasing = pack("EVALSHA", RELEASE.sha, len(release_keys), *release_keys, token, "")
             for connection in connections:
                 connection.send_packed_command(releasing)
             for connection in connections:
@@ -741,7 +737,7 @@ def render(results: Results) -> str:
         "every mode). Handoff: from a release to the next acquisition by another worker. "
         "Median over runs, (min-max) when there are several; overlaps, lost updates and "
         "timeouts summed. In quorum mode a release wakes nobody: waiters look again after "
-        "a random 5-30 ms (`quorum.py`), so handoffs there take milliseconds and the worker "
+        "a random 5-30 ms (`quorum/`), so handoffs there take milliseconds and the worker "
         "that just released often takes the lock again.",
         "",
         *contended_table(results),

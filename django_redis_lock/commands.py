@@ -344,7 +344,7 @@ async def aexecute(
 ) -> Any:
     """:func:`execute` for a ``redis.asyncio`` client; ``if_silent`` is also sent when the
     task is cancelled while it waits for the reply."""
-    if not hasattr(client, "connection_pool"):  # Redis Cluster, or quorum mode (quorum.py)
+    if not hasattr(client, "connection_pool"):  # Redis Cluster, or quorum mode (quorum/)
         key = _routing_key(args) if hasattr(client, "get_node_from_key") else None
         if key is None:
             return await client.execute_command(*args)

@@ -213,7 +213,7 @@ class Holding:
         """How an acquisition starts (see ``flows.acquire``)."""
         if replicas or (not quorum and now - self._contended_at < _CONTENDED_MEMORY):
             return "join"
-        if self._fencing or want_result or quorum:
+        if self._fencing or want_result:
             return "take"
         return "set"
 

@@ -56,7 +56,7 @@ class Lock(Holding):
     ``fencing``: each acquisition gets a strictly increasing ``fencing_token``. ``label``: a
     description for people, shown in the admin. ``using``: the cache alias, or a quorum: the
     name of one in ``DJANGO_REDIS_LOCK_QUORUMS``, or a list of cache aliases on independent
-    servers (held while a majority holds it, see ``quorum.py``).
+    servers (held while a majority holds it, see ``quorum/``).
     """
 
     def __init__(

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+# embedded_redis.py lives at the checkout's root: a tool of this repository, not of the package.
+sys.path.insert(1, str(HERE.parent))
 
 
 def _manage(*args: str, env: dict[str, str], **popen: Any) -> subprocess.Popen[bytes]:
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         if env.get("REDIS_URL"):
             print(f"demo: using REDIS_URL={env['REDIS_URL']}")
         else:
-            from django_redis_lock.embedded import EmbeddedRedis, RedisServerNotFound
+            from embedded_redis import EmbeddedRedis, RedisServerNotFound
 
             try:
                 server = EmbeddedRedis(directory=options.redis_dir).start()

@@ -22,7 +22,7 @@ import pytest
 import redis
 from django.test import override_settings
 
-from django_redis_lock.embedded import EmbeddedRedis, start_cluster
+from embedded_redis import EmbeddedRedis, start_cluster
 from tests.helpers import keys_without_ttl
 from tests.proxy import TcpProxy
 

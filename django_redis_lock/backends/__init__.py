@@ -4,7 +4,7 @@ chosen once per client (django-redis' ``CLIENT_CLASS`` idea), and the sync and a
 
 - :class:`ServerBackend`: one server, directly or through Sentinel (a ``redis.Redis``);
 - :class:`ClusterBackend`: Redis Cluster (each command routed to its key's node, once);
-- :class:`QuorumBackend`: several independent servers held as a majority (``quorum.py``):
+- :class:`QuorumBackend`: several independent servers held as a majority (``quorum/``):
   no queue, so its waiters poll.
 
 Each has an async twin over the ``redis.asyncio`` client of the same servers.

@@ -177,7 +177,7 @@ class ClusterBackend(ServerBackend):
 
 
 class QuorumBackend(ServerBackend):
-    """Quorum mode (``quorum.py``): each request goes to every server, answered as the majority
+    """Quorum mode (``quorum/``): each request goes to every server, answered as the majority
     does. No queue: a waiter looks again after a short random delay."""
 
     queues = False

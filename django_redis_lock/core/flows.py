@@ -8,8 +8,8 @@ clock and canned replies.
 Acquiring (``acquire``):
 
 1. a free lock is taken with a bare ``SET NX PX`` (``plan.first``), else ``take.lua`` (fencing,
-   results, quorum: one key, so it works on a Redis Cluster slot being moved too) or, for a
-   lock seen contended lately, straight away by ``join.lua``;
+   results: one key, so it works on a Redis Cluster slot being moved too) or, for a lock seen
+   contended lately, straight away by ``join.lua``;
 2. if it is held and we may wait, ``join.lua`` queues us and we block on our wake-up list;
    the holder's release hands us the lease and pushes a message there, so we hold the lock when
    we wake. A block ends at the latest when the wait does, or when the holder's lease does (it
@@ -133,7 +133,7 @@ def acquire(plan: AcquirePlan) -> Flow:
         )
         if reply is not None:
             return Acquired(0, plan.lease_ms, sent_at, "")
-        if deadline <= clock():  # not waiting: who holds it, for the caller's error
+        if deadline <= clock() and plan.queues:  # who holds it, for the caller's error
             holder, pttl = yield Pipeline((("GET", keys.lease), ("PTTL", keys.lease)))
             for answer in (holder, pttl):
                 if isinstance(answer, BaseException):

@@ -1,6 +1,7 @@
 -- take: acquire a free lock in one step, never queueing. Used for fenced acquisitions (the
--- fencing token comes from the server's clock) and by quorum mode; a plain acquisition of a
--- free lock is a bare `SET key value NX PX ms` instead, with no script at all.
+-- fencing token comes from the server's clock), for guards that want a result, and by quorum
+-- mode's waiters; a plain acquisition of a free lock is a bare `SET key value NX PX ms`
+-- instead, with no script at all.
 --
 -- KEYS[1]  the lease
 -- KEYS[2]  with the 'd' flag: the guarded work's result

@@ -1,5 +1,8 @@
 """Run a private, throw-away ``redis-server``: for tests and the demo, never for production.
 
+A tool of this repository (the suite, ``make demo``, ``benchmarks/``), not part of the
+installed package.
+
 ``EmbeddedRedis`` starts a real server (no mock) on a free loopback port, in a directory of
 its own, keeping nothing on disk, and stops exactly that process, by its pid. The binary is
 found by :func:`find_redis_server`: ``$REDIS_SERVER``, else ``redis-server`` on ``PATH``, else

@@ -6,7 +6,7 @@
 This is the Redlock algorithm. Each server runs the same scripts as in single-server mode;
 :class:`QuorumClient` sends each script to every server at once and answers as the majority
 does, so ``Lock``, the watchdog and the guards built on them have no quorum-specific code
-beyond ``backends.QuorumBackend`` saying there is no queue:
+beyond ``QuorumBackend`` saying there is no queue:
 
 - an acquisition counts when a majority granted it within the lease minus the time the requests
   took and a clock-drift allowance (measured on the monotonic clock). Otherwise the servers
@@ -35,24 +35,19 @@ NTP.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
-import os
-import select
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from .commands import pack
-from .core.lease import LockKeys
-from .durations import clock_allowance
-from .scripts import EXTEND, RELEASE, TAKE, Script
+from ..core.lease import LockKeys
+from ..durations import clock_allowance
+from ..scripts import EXTEND, RELEASE, TAKE, Script
+from .broadcast import Broadcaster, Replies, Silent, answered
 
 __all__ = ["MIN_MEMBERS", "AsyncQuorumClient", "QuorumClient", "QuorumUnavailable", "members"]
 
@@ -61,36 +56,9 @@ MIN_MEMBERS = 3
 
 logger = logging.getLogger("django_redis_lock")
 
-# Used when no server's client sets a socket timeout.
-_DEFAULT_REPLY_TIMEOUT = 5.0
-# Once the outcome is decided, the other servers get this long again (at least _GRACE_MIN s)
-# to answer too, so that a healthy server a little slower than the rest is not cut off (its
-# connection would have to be dropped), while a silent one does not hold the caller up.
-_GRACE_MIN = 0.002
-
 
 class QuorumUnavailable(RedisConnectionError):
     """Too few servers of a quorum answered to reach a majority either way."""
-
-
-class _Silent(RedisConnectionError):
-    """A server that had not answered when the outcome was decided (or the time was up)."""
-
-
-Replies = dict[int, Any]  # server index -> its reply, or the RedisError it gave
-
-
-@dataclass(eq=False)
-class _Link:
-    """A connection to one server of the quorum, and the answers it still owes us."""
-
-    connection: Any
-    owed: int = 0
-    silent_since: float = 0.0
-
-    @property
-    def socket(self) -> Any:
-        return self.connection._sock  # private, but the one way to select() on it
 
 
 def members(value: Any) -> tuple[str, ...]:
@@ -110,49 +78,13 @@ def members(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _answered(reply: Any) -> bool:
-    return not isinstance(reply, RedisError)
-
-
-def _broken(reply: Any) -> bool:
-    """An error of the connection, not an error reply of the server."""
-    return isinstance(reply, RedisError) and not isinstance(reply, ResponseError)
-
-
-def _readable(sockets: list[Any], timeout: float) -> list[Any]:
-    """Those of ``sockets`` with something to read, waiting up to ``timeout`` seconds.
-
-    poll(), not select(): select() cannot watch a descriptor numbered 1024 or more, which a
-    busy process easily has."""
-    if not hasattr(select, "poll"):  # pragma: no cover - Windows
-        return select.select(sockets, [], [], timeout)[0]
-    poller = select.poll()
-    by_fd = {}
-    for sock in sockets:
-        poller.register(sock, select.POLLIN)
-        by_fd[sock.fileno()] = sock
-    return [by_fd[fd] for fd, _ in poller.poll(math.ceil(timeout * 1000))]
-
-
-_NOTHING = object()  # no answer (yet): None is an answer (a nil reply)
-
-
-def _read_reply(link: _Link) -> Any:
-    try:
-        return link.connection.read_response()
-    except RedisError as exc:  # ResponseError: a complete error reply
-        return exc
-
-
-def _buffered(link: _Link) -> bool:
-    try:
-        return bool(link.connection.can_read(timeout=0))
-    except RedisError:
-        return True  # the next read reports it
-
-
 def _is_list(reply: Any) -> bool:
     return isinstance(reply, list)
+
+
+def _fence(reply: Any) -> int:
+    """The fencing token in a grant of take.lua (none in a SET's)."""
+    return int(reply[1]) if _is_list(reply) else 0
 
 
 class QuorumClient:
@@ -174,13 +106,8 @@ class QuorumClient:
         self.aliases = tuple(alias for alias, _ in members)
         self.clients = tuple(client for _, client in members)
         self.majority = len(self.clients) // 2 + 1
-        timeouts = [
-            client.connection_pool.connection_kwargs.get("socket_timeout")
-            for client in self.clients
-        ]
-        self.reply_timeout = float(max((t for t in timeouts if t), default=_DEFAULT_REPLY_TIMEOUT))
-        self._idle: list[list[_Link | None]] = []  # one connection per server each (_links)
-        self._pid = os.getpid()
+        self.servers = Broadcaster(self.clients)
+        self.reply_timeout = self.servers.reply_timeout
         self._scripts: dict[str, Callable[[list[str], list[Any]], Any]] = {
             TAKE.sha: self._acquire,
             RELEASE.sha: self._release,
@@ -201,156 +128,12 @@ class QuorumClient:
             keys = [str(key) for key in args[3 : 3 + key_count]]
             return self._scripts[sha](keys, list(args[3 + key_count :]))
         if command == "SCRIPT" and str(args[1]).upper() == "LOAD":
-            return Script("loaded", str(args[2])).sha  # each server loads on demand (_run)
+            return Script("loaded", str(args[2])).sha  # each server loads it on demand
+        if command == "SET":
+            return self._set(args)
         if command in _READS:
             return self._read(command, args)
         raise NotImplementedError(f"{self!r} does not run {command}.")
-
-    # -- I/O ------------------------------------------------------------------------------------
-
-    def _links(self) -> list[_Link | None]:
-        """One connection per server (None where there is none yet), reused across calls.
-
-        Kept here rather than taken from each server's pool for every call: the pools' own
-        checks cost more than a round trip on this path, three times over. Idle sockets are
-        checked all at once instead, with one select()."""
-        if self._pid != os.getpid():  # forked: the parent's sockets are not ours to use
-            self._idle, self._pid = [], os.getpid()
-        try:
-            links = self._idle.pop()
-        except IndexError:
-            return [None] * len(self.clients)
-        sockets = [link.socket for link in links if link is not None and link.socket]
-        readable = _readable(sockets, 0) if sockets else []
-        now = time.monotonic()
-        for index, link in enumerate(links):
-            if link is None:
-                continue
-            try:
-                if link.socket is None:
-                    raise RedisConnectionError("closed")
-                if link.owed:
-                    # Late answers of a server that was slow or silent: read and forget them.
-                    while link.owed and link.connection.can_read(timeout=0):
-                        with contextlib.suppress(ResponseError):  # an error reply is one too
-                            link.connection.read_response()
-                        link.owed -= 1
-                    if link.owed and now - link.silent_since > self.reply_timeout:
-                        raise RedisConnectionError("silent for too long")
-                elif link.socket in readable:
-                    raise RedisConnectionError("closed by the server, or out of step")
-            except (RedisError, OSError):
-                self._drop(index, link)
-                links[index] = None
-        return links
-
-    def _drop(self, index: int, link: _Link) -> None:
-        """Give a connection back to its pool closed, so that it is never reused as it is."""
-        link.connection.disconnect()
-        self.clients[index].connection_pool.release(link.connection)
-
-    def broadcast(
-        self,
-        command: Sequence[Any],
-        *,
-        timeout: float,
-        settled: Callable[[Replies], bool] | None = None,
-        members: Sequence[int] | None = None,
-    ) -> Replies:
-        """Send ``command`` to every server (or to ``members``) at once, then read the replies
-        as they arrive, until all have answered, or ``settled(replies)`` says the outcome is
-        decided (then the others get a short grace), or ``timeout`` passes.
-
-        A server that gave no answer gets a :class:`_Silent` error. Its connection is kept,
-        with the answer still owed: later calls are sent behind it, in order, and read once
-        its answers come (so a stopped server costs its vote, not a new connection and a
-        socket timeout per call, and runs what it missed when it resumes). After
-        ``reply_timeout`` without an answer the connection is replaced.
-        """
-        indexes = range(len(self.clients)) if members is None else members
-        packed = pack(command)
-        started = time.monotonic()
-        deadline = started + timeout
-        replies: Replies = {}
-        links = self._links()
-        try:
-            waiting: dict[Any, int] = {}
-            for index in indexes:
-                link = links[index]
-                try:
-                    if link is None:
-                        pool = self.clients[index].connection_pool
-                        link = links[index] = _Link(pool.get_connection())
-                    link.connection.send_packed_command([packed])
-                except RedisError as exc:
-                    replies[index] = exc
-                    continue
-                waiting[link.socket] = index
-            decided = False
-            while waiting:
-                if not decided and settled is not None and settled(replies):
-                    decided = True
-                    now = time.monotonic()
-                    deadline = min(deadline, now + max(_GRACE_MIN, now - started))
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                ready = _readable(list(waiting), remaining)
-                for sock in ready:
-                    index = waiting[sock]
-                    link = links[index]
-                    assert link is not None
-                    reply = _read_reply(link)
-                    # Late answers to earlier calls come first. The answer to this call may
-                    # have come with them, into the parser's buffer, where poll() cannot see it.
-                    while link.owed and not _broken(reply):
-                        link.owed -= 1
-                        reply = _read_reply(link) if _buffered(link) else _NOTHING
-                    if reply is not _NOTHING:
-                        del waiting[sock]
-                        replies[index] = reply
-            now = time.monotonic()
-            for index in waiting.values():
-                link = links[index]
-                assert link is not None
-                link.owed += 1
-                link.silent_since = now
-                replies[index] = _Silent(f"no answer within {now - started:.3g}s")
-        finally:
-            for index, link in enumerate(links):
-                reply = replies.get(index)
-                if link is not None and (
-                    (index in indexes and reply is None)  # interrupted: out of step
-                    or (_broken(reply) and not isinstance(reply, _Silent))
-                ):
-                    self._drop(index, link)
-                    links[index] = None
-            self._idle.append(links)
-        return replies
-
-    def _run(
-        self,
-        script: Script,
-        keys: Sequence[str],
-        argv: Sequence[Any],
-        *,
-        timeout: float,
-        settled: Callable[[Replies], bool] | None = None,
-        members: Sequence[int] | None = None,
-    ) -> Replies:
-        replies = self.broadcast(
-            ("EVALSHA", script.sha, len(keys), *keys, *argv),
-            timeout=timeout,
-            settled=settled,
-            members=members,
-        )
-        for index, reply in replies.items():
-            if isinstance(reply, NoScriptError):  # once per server and script, after a restart
-                try:
-                    replies[index] = script(self.clients[index], keys, argv)
-                except RedisError as exc:
-                    replies[index] = exc
-        return replies
 
     def _decided_by(self, agrees: Callable[[Any], bool]) -> Callable[[Replies], bool]:
         """A ``settled`` test: a majority agrees, or too many servers answered no for one, or
@@ -362,7 +145,7 @@ class QuorumClient:
         def settled(replies: Replies) -> bool:
             yes = no = failed = 0
             for reply in replies.values():
-                if not _answered(reply):
+                if not answered(reply):
                     failed += 1
                 elif agrees(reply):
                     yes += 1
@@ -373,55 +156,101 @@ class QuorumClient:
         return settled
 
     def _unavailable(self, action: str, replies: Replies) -> QuorumUnavailable:
-        answered = sum(1 for reply in replies.values() if _answered(reply))
+        count = sum(1 for reply in replies.values() if answered(reply))
         problems = "; ".join(
-            f"{self.aliases[index]}: {type(reply).__name__.lstrip('_')}: {reply}"
+            f"{self.aliases[index]}: {type(reply).__name__}: {reply}"
             for index, reply in sorted(replies.items())
-            if not _answered(reply)
+            if not answered(reply)
         )
         return QuorumUnavailable(
-            f"only {answered} of the {len(self.clients)} servers of quorum {self.name} "
+            f"only {count} of the {len(self.clients)} servers of quorum {self.name} "
             f"answered, and {self.majority} are needed to {action} a lock ({problems})"
         )
 
     # -- the scripts, as a majority ------------------------------------------------------------
 
     def _acquire(self, keys: list[str], argv: list[Any]) -> Any:
+        """take.lua as a majority (fenced acquisitions, and guards that want a result)."""
         token, lease_ms = str(argv[0]), int(argv[1])
-        lease = lease_ms / 1000
-        # A majority granted later than this is worthless.
-        valid_for = lease - clock_allowance(lease)
-        started = time.monotonic()
 
-        majority_granted = self._decided_by(lambda reply: _is_list(reply) and reply[0] == 1)
+        def granted(reply: Any) -> bool:
+            return _is_list(reply) and reply[0] == 1
+
+        def done(reply: Any) -> bool:
+            return _is_list(reply) and reply[0] == 2
+
+        outcome = self._take_majority(
+            lambda timeout, settled: self.servers.run(
+                TAKE, keys, argv, timeout=timeout, settled=settled
+            ),
+            keys[0], token, lease_ms, granted=granted, final=done,
+        )  # fmt: skip
+        if isinstance(outcome, int):
+            return [1, outcome, lease_ms, ""]
+        replies = outcome
+        finished = next((reply for reply in replies.values() if done(reply)), None)
+        if finished is not None:
+            return finished
+        refused = [reply for reply in replies.values() if _is_list(reply) and reply[0] == 0]
+        holder = next((reply[2] for reply in refused if reply[2]), None)
+        wait_ms = min((int(reply[1]) for reply in refused if int(reply[1]) > 0), default=1)
+        return [0, wait_ms, holder]
+
+    def _set(self, args: Sequence[Any]) -> Any:
+        """``SET lease value NX PX ms`` as a majority: an acquisition with no script (no
+        fencing token, no result wanted). True when a majority set it in time, else None."""
+        if len(args) != 6 or [str(arg).upper() for arg in args[3:5]] != ["NX", "PX"]:
+            raise NotImplementedError(f"{self!r} runs SET only as SET key value NX PX ms.")
+        key, value, lease_ms = str(args[1]), args[2], int(args[5])
+        token = (value.decode() if isinstance(value, bytes) else str(value)).split("|", 1)[0]
+        outcome = self._take_majority(
+            lambda timeout, settled: self.servers.send(args, timeout=timeout, settled=settled),
+            key, token, lease_ms, granted=lambda reply: reply is True or reply == b"OK",
+        )  # fmt: skip
+        return True if isinstance(outcome, int) else None
+
+    def _take_majority(
+        self,
+        send: Callable[[float, Callable[[Replies], bool]], Replies],
+        key: str,
+        token: str,
+        lease_ms: int,
+        *,
+        granted: Callable[[Any], bool],
+        final: Callable[[Any], bool] = lambda reply: False,
+    ) -> int | Replies:
+        """Redlock's rule for one attempt: ``send(timeout, settled)`` to every server; the lock
+        is ours when a majority ``granted`` it within the lease less a clock-drift allowance
+        (measured on the monotonic clock). Returns the fencing token (the largest a granting
+        server gave, 0 when they give none) when it is ours; else gives back what was granted
+        and returns the replies (a ``final`` one ends the attempt at once). Raises
+        :class:`QuorumUnavailable` when too few servers answered to tell."""
+        lease = lease_ms / 1000
+        valid_for = lease - clock_allowance(lease)  # a majority granted later is worthless
+        started = time.monotonic()
+        majority_granted = self._decided_by(granted)
 
         def settled(replies: Replies) -> bool:
-            done = any(_is_list(reply) and reply[0] == 2 for reply in replies.values())
-            return done or majority_granted(replies)
+            return any(map(final, replies.values())) or majority_granted(replies)
 
-        replies = self._run(
-            TAKE, keys, argv, timeout=max(0.0, min(self.reply_timeout, valid_for)),
-            settled=settled,
-        )  # fmt: skip
-        granted = [index for index, reply in replies.items() if _is_list(reply) and reply[0] == 1]
-        done = next((r for r in replies.values() if _is_list(r) and r[0] == 2), None)
+        replies = send(max(0.0, min(self.reply_timeout, valid_for)), settled)
+        grants = [index for index, reply in replies.items() if granted(reply)]
+        ended = any(map(final, replies.values()))
         too_late = False
-        if done is None and len(granted) >= self.majority:
+        if not ended and len(grants) >= self.majority:
             if time.monotonic() - started < valid_for:
                 # The servers' clocks differ a little: the largest token is the one to count on.
-                fence = max(int(replies[index][1]) for index in granted)
-                return [1, fence, lease_ms, ""]
+                return max((_fence(replies[index]) for index in grants), default=0)
             too_late = True
-        self._undo(keys[0], token, replies, granted)
-        if done is not None:
-            return done
-        refused = [reply for reply in replies.values() if _is_list(reply) and reply[0] == 0]
-        if len(refused) + len(granted) < self.majority:
-            unreachable = [r for r in replies.values() if isinstance(r, RedisError)]
+        self._undo(key, token, replies, grants)
+        if ended:
+            return replies
+        answers = sum(1 for reply in replies.values() if answered(reply))
+        if answers < self.majority:
             # Silent only because our own time (the lease's validity) ran out: too late, not
             # too few servers.
             too_late = valid_for < self.reply_timeout and all(
-                isinstance(reply, _Silent) for reply in unreachable
+                isinstance(reply, Silent) for reply in replies.values() if not answered(reply)
             )
             if not too_late:
                 raise self._unavailable("take", replies)
@@ -429,22 +258,20 @@ class QuorumClient:
             logger.warning(
                 "Quorum %s: no majority granted %s within its lease of %ss, less %.3fs for "
                 "clock drift: given back. Quorum leases must be far longer than a round trip.",
-                self.name, keys[0], lease, clock_allowance(lease),
+                self.name, key, lease, clock_allowance(lease),
             )  # fmt: skip
-        holder = next((reply[2] for reply in refused if reply[2]), None)
-        wait_ms = min((int(reply[1]) for reply in refused if int(reply[1]) > 0), default=1)
-        return [0, wait_ms, holder]
+        return replies
 
     def _undo(self, lease: str, token: str, replies: Replies, granted: list[int]) -> None:
         """Give back what a failed acquisition got. Servers that did not answer may have
         granted it too: they are told as well, but not waited for."""
         members = [
-            index for index, reply in replies.items() if index in granted or not _answered(reply)
+            index for index, reply in replies.items() if index in granted or not answered(reply)
         ]
         if not members:
             return
         with_grants = set(granted)
-        self._run(
+        self.servers.run(
             RELEASE, LockKeys.of(lease).release_keys(""), [token, ""], members=members,
             timeout=self.reply_timeout,
             settled=lambda answers: with_grants.issubset(answers),
@@ -453,7 +280,7 @@ class QuorumClient:
     def _release(self, keys: list[str], argv: list[Any]) -> list[int]:
         """[0] released by a majority, [-1] a majority says it was not ours (any more), [-2]
         the key is not a lock (on a server that answered, where none released it)."""
-        replies = self._run(
+        replies = self.servers.run(
             RELEASE, keys, argv, timeout=self.reply_timeout,
             settled=self._decided_by(lambda reply: _is_list(reply) and int(reply[0]) >= 0),
         )  # fmt: skip
@@ -461,7 +288,7 @@ class QuorumClient:
         released = sum(1 for code in codes if code >= 0)
         if released >= self.majority:
             return [0]
-        unknown = sum(1 for reply in replies.values() if not _answered(reply))
+        unknown = sum(1 for reply in replies.values() if not answered(reply))
         if released + unknown >= self.majority:
             raise self._unavailable("release", replies)
         return [-2] if -2 in codes and not released else [-1]
@@ -469,7 +296,7 @@ class QuorumClient:
     def _extend(self, keys: list[str], argv: list[Any]) -> int:
         lease = int(argv[1]) / 1000
         started = time.monotonic()
-        replies = self._run(
+        replies = self.servers.run(
             EXTEND, keys, argv, timeout=min(self.reply_timeout, lease / 3),
             settled=self._decided_by(lambda reply: reply == 1),
         )  # fmt: skip
@@ -477,18 +304,18 @@ class QuorumClient:
         in_time = time.monotonic() - started < lease - clock_allowance(lease)
         if extended >= self.majority and in_time:
             return 1
-        unknown = sum(1 for reply in replies.values() if not _answered(reply))
+        unknown = sum(1 for reply in replies.values() if not answered(reply))
         if extended + unknown >= self.majority:
             raise self._unavailable("renew", replies)
         return 0
 
     def _read(self, command: str, args: Sequence[Any]) -> Any:
-        replies = self.broadcast(
+        replies = self.servers.send(
             args,
             timeout=self.reply_timeout,
-            settled=lambda answers: sum(map(_answered, answers.values())) >= self.majority,
+            settled=lambda answers: sum(map(answered, answers.values())) >= self.majority,
         )
-        answers = [reply for reply in replies.values() if _answered(reply)]
+        answers = [reply for reply in replies.values() if answered(reply)]
         if len(answers) < self.majority:
             raise self._unavailable("read", replies)
         return _READS[command](answers, self.majority)

@@ -1,0 +1,12 @@
+"""Quorum mode: one lock on several independent Redis servers, held while a majority holds it.
+
+- ``broadcast.py``: one command to every server at once, answers read as they arrive (redis-py's
+  public connection API only);
+- ``client.py``: :class:`QuorumClient`, the engine's scripts run as a majority (Redlock).
+"""
+
+from __future__ import annotations
+
+from .client import MIN_MEMBERS, AsyncQuorumClient, QuorumClient, QuorumUnavailable, members
+
+__all__ = ["MIN_MEMBERS", "AsyncQuorumClient", "QuorumClient", "QuorumUnavailable", "members"]
