@@ -17,14 +17,14 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError
 
-from . import durations, holds, signals
+from . import durations, holds, reports
 from .backends import Backend, backend_of
 from .claims import Claim, Pending, Resolved, Step
 from .commands import request_sent
 from .conf import lock_settings
 from .connection import LockAlias, quorum_members
 from .core import flows
-from .core.lease import OwnerRecord, decode_lease, held_by
+from .core.lease import OwnerRecord, held_by
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .holds import Hold, HoldWatch, current_owner, owner_description, reentrant_holds
 from .keys import LockKeys, lock_keys, readable_tag
@@ -38,16 +38,6 @@ _HOST = socket.gethostname()
 # How long after an acquisition had to wait the next one through the same object joins the
 # queue at once (one round trip saved per acquisition of a busy lock).
 _CONTENDED_MEMORY = 1.0
-
-
-def _owner_of(value: Any, name: str) -> dict[str, Any] | None:
-    """The holder a lease value names, for people (None: unknown or unreadable)."""
-    if value is None:
-        return None
-    try:
-        return decode_lease(value).describe(name)
-    except ValueError:
-        return None
 
 
 class Holding:
@@ -68,6 +58,14 @@ class Holding:
     _records: weakref.WeakKeyDictionary[object, tuple[tuple[Any, ...], str]]
     _release_failed: bool
     _contended_at: float
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def label(self) -> str | None:
+        return self._label
 
     # -- who holds what ------------------------------------------------------------------------
 
@@ -142,17 +140,7 @@ class Holding:
         return record
 
     def _backend_error(self, action: str, exc: BaseException) -> LockBackendError:
-        if isinstance(exc, flows.Unconfirmed):
-            return LockBackendError(
-                f"Lock {self._name!r} was taken on the primary but only {exc.acknowledged} of "
-                f"the {exc.replicas} replicas required (DJANGO_REDIS_LOCK_MIN_REPLICAS) "
-                f"confirmed it within {lock_settings.REPLICA_TIMEOUT}s, so it was released "
-                "again: a failover now could have handed it to a second holder.",
-                name=self._name,
-            )
-        return LockBackendError(
-            f"Could not {action} lock {self._name!r}: {type(exc).__name__}: {exc}", name=self._name
-        )
+        return reports.backend_error(self._name, action, exc, lock_settings.REPLICA_TIMEOUT)
 
     # -- acquiring -----------------------------------------------------------------------------
 
@@ -187,7 +175,7 @@ class Holding:
             queues=not quorum,
             fencing=self._fencing,
             want_result=want_result,
-            report_holder=self._contention_observed,
+            report_holder=reports.contention_observed,
             on_contended=self._contended,
             retry_soon=Backend.retry_soon,
             unreachable=Backend.unreachable,
@@ -203,10 +191,7 @@ class Holding:
         with self._state:
             hold.count += 1
             self._holds[owner] = hold
-        signals.lock_acquired.send(
-            sender=type(self), lock=self, name=self._name, label=self._label, waited=0.0,
-            fencing_token=hold.fence,
-        )  # fmt: skip
+        reports.acquired(self, 0.0, hold.fence)
         return Claim(True)
 
     def _first_try(self, now: float, want_result: bool, replicas: int, quorum: bool) -> str:
@@ -228,22 +213,9 @@ class Holding:
             )
         return int(replicas)
 
-    @staticmethod
-    def _contention_observed() -> bool:
-        # `receivers`, not has_listeners(): only a cheap "maybe" is needed here.
-        return bool(signals.lock_contended.receivers) or logger.isEnabledFor(logging.INFO)
-
     def _contended(self, plan: flows.AcquirePlan, holder: Any) -> None:
         self._contended_at = time.monotonic()
-        owner = _owner_of(holder, self._name)
-        described = owner or {}
-        logger.info(
-            "Waiting up to %ss for lock %r held by %s/%s",
-            plan.max_wait, self._name, described.get("host", "?"), described.get("pid", "?"),
-        )  # fmt: skip
-        signals.lock_contended.send(
-            sender=type(self), lock=self, name=self._name, label=self._label, owner=owner
-        )
+        reports.contended(self, plan.max_wait, holder)
 
     def _settled(self, pending: Pending, outcome: Any) -> Claim:
         """What an acquisition's outcome means for us."""
@@ -254,12 +226,11 @@ class Holding:
             return Claim(False, result=outcome.result)
         self._contended_at = time.monotonic()
         max_wait = pending.plan.max_wait
-        if max_wait > 0:
-            logger.warning("Gave up on lock %r after waiting %ss", self._name, max_wait)
+        reports.gave_up(self, max_wait)
         refusal = LockNotAcquired(
             self._name,
             ttl=outcome.pttl / 1000 if outcome.pttl > 0 else None,
-            owner=_owner_of(outcome.holder, self._name),
+            owner=reports.owner_of(outcome.holder, self._name),
             waited=max_wait,
         )
         return Claim(False, refusal=refusal)
@@ -291,13 +262,7 @@ class Holding:
             self._holds[owner] = hold
         if self._reentrant:
             reentrant_holds.set(owner, plan.keys.lease, hold)
-        waited = now - plan.started
-        logger.debug("Acquired lock %r after %.3fs", self._name, waited)
-        if signals.lock_acquired.receivers:
-            signals.lock_acquired.send(
-                sender=type(self), lock=self, name=self._name, label=self._label, waited=waited,
-                fencing_token=hold.fence,
-            )  # fmt: skip
+        reports.acquired(self, now - plan.started, hold.fence)
 
     # -- releasing and extending ---------------------------------------------------------------
 
@@ -366,12 +331,7 @@ class Holding:
         with self._state:
             hold.count = 0
         self._forget(owner, keys, hold)
-        held = time.monotonic() - hold.acquired_at
-        logger.debug("Released lock %r after %.3fs", self._name, held)
-        if signals.lock_released.receivers:
-            signals.lock_released.send(
-                sender=type(self), lock=self, name=self._name, label=self._label, held=held
-            )
+        reports.released(self, time.monotonic() - hold.acquired_at)
 
     def _extend_step(self, seconds: float | None) -> Step:
         owner = current_owner()
@@ -415,16 +375,7 @@ class Holding:
             hold.lost_reason = reason
         if hold.renewal is not None:
             renewer.remove(hold.renewal)
-        held = time.monotonic() - hold.acquired_at
-        logger.error(
-            "Lost lock %r (label %r) after holding it %.3fs: %s. Work done under it may have "
-            "overlapped another holder's.",
-            self._name, self._label, held, reason,
-        )  # fmt: skip
-        signals.lock_lost.send(
-            sender=type(self), lock=self, name=self._name, label=self._label, held=held,
-            reason=reason,
-        )  # fmt: skip
+        reports.lost(self, time.monotonic() - hold.acquired_at, reason)
 
     def _lost_error(self, hold: Hold) -> LockLost:
         return LockLost(

@@ -131,14 +131,6 @@ class Lock(Holding):
     # -- properties ----------------------------------------------------------------------------
 
     @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def label(self) -> str | None:
-        return self._label
-
-    @property
     def token(self) -> str | None:
         """The current thread's / task's owner token, or None when it does not hold the lock."""
         hold = self._hold()
