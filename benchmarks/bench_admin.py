@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         factory = RequestFactory()
 
         def render() -> float:
-            request = factory.get("/admin/django_redis_lock/lock/")
+            request = factory.get("/admin/django_redis_lock/heldlock/")
             request.user = operator
             request.session = {}
             request._messages = FallbackStorage(request)

@@ -1,7 +1,7 @@
 """The admin "Locks" page: the locks held right now, read from Redis with SCAN.
 
-An unmanaged model (``models.Lock``, no table) gives the page its place on the admin index and
-its permissions: ``view_lock`` to see it, ``release_lock`` to force-release. The list is never
+An unmanaged model (``models.HeldLock``, no table) gives the page its place on the admin index and
+its permissions: ``view_heldlock`` to see it, ``release_lock`` to force-release. The list is never
 read from the database: ``changelist_view`` pages through ``registry.page()``. A release goes
 through a confirmation page, is a POST (CSRF-protected), deletes a lock only if it still has
 the token that was shown, and leaves an admin ``LogEntry``.
@@ -24,9 +24,10 @@ from redis.exceptions import RedisError
 from . import registry
 from .conf import lock_settings
 from .exceptions import LockBackendError
-from .models import Lock
+from .models import HeldLock
 
 RELEASE_PERMISSION = "django_redis_lock.release_lock"
+_TEMPLATES = "admin/django_redis_lock/heldlock/"
 
 
 def _age(info: registry.LockInfo) -> str:
@@ -38,7 +39,7 @@ def _age(info: registry.LockInfo) -> str:
     return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {seconds:02d}s"
 
 
-class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Live locks, from Redis: list, search, detail, force-release."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -119,7 +120,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             page_size=lock_settings.ADMIN_PAGE_SIZE,
             scanned=scanned,
         )
-        return TemplateResponse(request, "admin/django_redis_lock/lock/change_list.html", context)
+        return TemplateResponse(request, _TEMPLATES + "change_list.html", context)
 
     def detail_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
@@ -130,7 +131,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             request, name or "Lock", info=info, name=name, age=_age(info) if info else None,
             error=error,
         )  # fmt: skip
-        return TemplateResponse(request, "admin/django_redis_lock/lock/detail.html", context)
+        return TemplateResponse(request, _TEMPLATES + "detail.html", context)
 
     @staticmethod
     def _read(name: str) -> tuple[registry.LockInfo | None, str | None]:
@@ -162,10 +163,8 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             context = self._context(
                 request, "Release locks?", chosen=infos, error=errors[0] if errors else None
             )
-            return TemplateResponse(
-                request, "admin/django_redis_lock/lock/release_confirmation.html", context
-            )
-        content_type = ContentType.objects.get_for_model(Lock, for_concrete_model=False)
+            return TemplateResponse(request, _TEMPLATES + "release_confirmation.html", context)
+        content_type = ContentType.objects.get_for_model(HeldLock, for_concrete_model=False)
         for name, token in chosen:
             try:
                 released = registry.force_release(name, token, by=request.user.get_username())
@@ -197,4 +196,4 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 if lock_settings.SHOW_ADMIN:
-    admin.site.register(Lock, LockAdmin)
+    admin.site.register(HeldLock, HeldLockAdmin)

@@ -9,7 +9,7 @@ from django.test import Client
 
 from django_redis_lock import Lock, LockNotOwned
 
-CHANGELIST = "/admin/django_redis_lock/lock/"
+CHANGELIST = "/admin/django_redis_lock/heldlock/"
 RELEASE = CHANGELIST + "release/"
 DETAIL = CHANGELIST + "show/"
 
@@ -27,12 +27,12 @@ def staff(*permissions: str) -> Client:
 
 @pytest.fixture
 def viewer():
-    return staff("view_lock")
+    return staff("view_heldlock")
 
 
 @pytest.fixture
 def releaser():
-    return staff("view_lock", "release_lock")
+    return staff("view_heldlock", "release_lock")
 
 
 def test_anonymous_goes_to_login():

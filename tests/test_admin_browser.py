@@ -56,7 +56,7 @@ def open_locks_page(live_server, monkeypatch):
         page = browser.new_page(viewport={"width": 1280, "height": 720})
 
         def open_locks() -> object:
-            page.goto(f"{live_server.url}/admin/login/?next=/admin/django_redis_lock/lock/")
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/django_redis_lock/heldlock/")
             page.fill("#id_username", "operator")
             page.fill("#id_password", "operator-password")
             page.click("input[type=submit]")
@@ -129,7 +129,7 @@ def test_operator_is_told_what_is_wrong_in_the_browser(
     warnings = tmp_path / "admin-warnings.png"
     page.screenshot(path=str(warnings), full_page=True)
 
-    page.goto(f"{live_server.url}/admin/django_redis_lock/lock/release/?lock=t:weird")
+    page.goto(f"{live_server.url}/admin/django_redis_lock/heldlock/release/?lock=t:weird")
     page.click("input[value='Yes, release']")
     page.wait_for_selector("ul.messagelist")
     assert page.is_visible("text=is not a lock")
@@ -137,7 +137,7 @@ def test_operator_is_told_what_is_wrong_in_the_browser(
     page.screenshot(path=str(not_a_lock), full_page=True)
 
     server.stop()
-    page.goto(f"{live_server.url}/admin/django_redis_lock/lock/show/?name=eternal")
+    page.goto(f"{live_server.url}/admin/django_redis_lock/heldlock/show/?name=eternal")
     assert page.is_visible("text=Redis could not be reached")
     redis_down = tmp_path / "admin-redis-down.png"
     page.screenshot(path=str(redis_down), full_page=True)

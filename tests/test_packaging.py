@@ -16,9 +16,9 @@ NEEDED = [
     "django_redis_lock/py.typed",
     "django_redis_lock/migrations/0001_initial.py",
     "django_redis_lock/templates/django_redis_lock/duplicate_submission.html",
-    "django_redis_lock/templates/admin/django_redis_lock/lock/change_list.html",
-    "django_redis_lock/templates/admin/django_redis_lock/lock/detail.html",
-    "django_redis_lock/templates/admin/django_redis_lock/lock/release_confirmation.html",
+    "django_redis_lock/templates/admin/django_redis_lock/heldlock/change_list.html",
+    "django_redis_lock/templates/admin/django_redis_lock/heldlock/detail.html",
+    "django_redis_lock/templates/admin/django_redis_lock/heldlock/release_confirmation.html",
     "django_redis_lock/management/commands/redis_locks.py",
     "django_redis_lock/management/commands/run_locked.py",
 ]

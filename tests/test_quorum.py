@@ -362,12 +362,12 @@ def test_default_alias_may_name_a_quorum(quorum, settings):
 def test_the_admin_page_lists_quorum_locks(quorum, settings, admin_client):
     settings.DJANGO_REDIS_LOCK_CACHE_ALIAS = "redlock"
     with Lock("q:admin", label="on three servers"):
-        page = admin_client.get("/admin/django_redis_lock/lock/")
+        page = admin_client.get("/admin/django_redis_lock/heldlock/")
         assert page.status_code == 200
         assert page.content.decode().count("on three servers") == 1
         assert "Not all servers of the quorum" not in page.content.decode()
         quorum.servers[0].stop()
-        page = admin_client.get("/admin/django_redis_lock/lock/")
+        page = admin_client.get("/admin/django_redis_lock/heldlock/")
     html = page.content.decode()
     assert html.count("on three servers") == 1  # what the other two hold
     assert "Not all servers of the quorum could be read" in html
