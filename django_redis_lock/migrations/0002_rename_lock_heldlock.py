@@ -3,12 +3,16 @@ existed (unmanaged); the content type follows the rename (django.contrib.content
 that), and the permission to view it keeps whom it was granted to, under its new codename."""
 
 from django.apps import apps as global_apps
+from django.apps.registry import Apps
 from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 OLD, NEW = "view_lock", "view_heldlock"
 
 
-def rename_view_permission(apps, schema_editor, old=OLD, new=NEW):
+def rename_view_permission(
+    apps: Apps, schema_editor: BaseDatabaseSchemaEditor, old: str = OLD, new: str = NEW
+) -> None:
     try:
         permission = apps.get_model("auth", "Permission")
     except LookupError:  # django.contrib.auth is not installed: no permissions to rename
@@ -20,7 +24,7 @@ def rename_view_permission(apps, schema_editor, old=OLD, new=NEW):
         ours.filter(codename=old).update(codename=new)
 
 
-def restore_view_permission(apps, schema_editor):
+def restore_view_permission(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     rename_view_permission(apps, schema_editor, old=NEW, new=OLD)
 
 
