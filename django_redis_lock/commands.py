@@ -17,8 +17,10 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, cast
 
+from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelConnectionPool
 from redis.exceptions import AskError, MovedError, RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.sentinel import SentinelConnectionPool
 
 __all__ = [
     "aborrowed",
@@ -26,18 +28,20 @@ __all__ = [
     "aexecute",
     "aexecute_acknowledged",
     "aexecute_many",
+    "aexecute_on_cluster",
     "borrowed",
     "drop_stale_connections",
     "execute",
     "execute_acknowledged",
     "execute_many",
+    "execute_on_cluster",
     "follow_sentinel",
     "no_reply",
+    "node_client",
     "pack",
     "redirected",
     "request_sent",
     "reread_slot_map",
-    "server_of",
     "socket_timeout_of",
     "sooner",
 ]
@@ -151,7 +155,8 @@ def execute(
     reply_timeout: float | None = None,
     if_silent: Callable[[], Sequence[Any]] | None = None,
 ) -> Any:
-    """Send one command on a connection of ``client``'s pool, once, and return the raw reply.
+    """Send one command on a connection of ``client``'s pool (one server, directly or through
+    Sentinel), once, and return the raw reply. (A Cluster: :func:`execute_on_cluster`.)
 
     Not ``client.execute_command``: that retries on timeouts and connection errors (redis-py 8
     by default ten times, with back-off), which would turn "Redis is unreachable" into a long
@@ -164,15 +169,6 @@ def execute(
     after the first on the same connection, without waiting for its reply, when no reply
     came in time: Redis runs it after the first, whenever it runs that one.
     """
-    pool = getattr(client, "connection_pool", None)
-    if pool is None:
-        key = _routing_key(args) if hasattr(client, "get_node_from_key") else None
-        if key is None:  # a QuorumClient, or SCRIPT LOAD on every primary of a Cluster
-            return client.execute_command(*args)
-        # Redis Cluster: with its node named, redis-py sends the command once (still following
-        # MOVED and ASK, which mean it did not run) instead of retrying it after a timeout or
-        # a dropped connection, when it may have run.
-        return client.execute_command(*args, target_nodes=client.get_node_from_key(key))
     with borrowed(client) as connection:
         connection.send_packed_command([pack(args)])
         try:
@@ -193,6 +189,18 @@ def execute(
             raise
 
 
+def execute_on_cluster(cluster: Any, *args: Any, **ignored: Any) -> Any:
+    """:func:`execute` on a Redis Cluster client: to the node of the command's key. With its
+    node named, redis-py sends the command once (still following MOVED and ASK, which mean it
+    did not run) instead of retrying it after a timeout or a dropped connection, when it may
+    have run. A command with no key (``SCRIPT LOAD``) goes where redis-py sends it (every
+    primary). ``reply_timeout`` and ``if_silent`` are not applied: the socket timeout is."""
+    key = _routing_key(args)
+    if key is None:
+        return cluster.execute_command(*args)
+    return cluster.execute_command(*args, target_nodes=cluster.get_node_from_key(key))
+
+
 def _routing_key(args: Sequence[Any]) -> Any:
     """The key a command of ours is routed by on a Redis Cluster (None: no key)."""
     name = str(args[0]).upper()
@@ -201,24 +209,21 @@ def _routing_key(args: Sequence[Any]) -> Any:
     return args[1] if name != "SCRIPT" and len(args) > 1 else None
 
 
-def server_of(client: Any, key: str) -> Any:
-    """The plain client of the server that holds ``key``: ``client`` itself, or for a Redis
-    Cluster client the current primary of the key's slot (``WAIT`` must follow the write on the
-    same connection, which the cluster client's own routing does not promise)."""
-    if hasattr(client, "connection_pool"):
-        return client
-    return client.get_redis_connection(client.get_node_from_key(key))
+def node_client(cluster: Any, key: str) -> Any:
+    """The plain client of the current primary of ``key``'s slot on a Redis Cluster (``WAIT``
+    must follow the write on the same connection, which the cluster client's own routing does
+    not promise; a blocking wait is timed on the node's own pool)."""
+    return cluster.get_redis_connection(cluster.get_node_from_key(key))
 
 
 def follow_sentinel(pool: Any) -> bool:
     """For a Sentinel pool (False for any other): ask Sentinel where the primary is now. If it
     moved, redis-py drops the pool's idle connections to the old one, and closes the others
     when they come back."""
-    ask = getattr(pool, "get_master_address", None)
-    if ask is None:
+    if not isinstance(pool, SentinelConnectionPool):
         return False
     with contextlib.suppress(RedisError):
-        ask()
+        cast(Any, pool).get_master_address()  # untyped in redis-py
     return True
 
 
@@ -229,26 +234,26 @@ def reread_slot_map(cluster: Any) -> None:
         cluster.nodes_manager.initialize()
 
 
-def drop_stale_connections(client: Any, key: str) -> None:
+def drop_stale_connections(client: Any) -> None:
     """After a write no replica confirmed: the server may be a primary that a failover has
     replaced. Find out where the primary is now and drop the idle connections to the old one.
+    (``client``: one server's; on a Cluster, :func:`node_client`'s, then
+    :func:`reread_slot_map`.)
 
     Idle ones only: another thread may be blocked on one of the others (a waiter); a Sentinel
     pool closes those when they come back, once it knows the new primary's address.
     """
-    pool = server_of(client, key).connection_pool
+    pool = client.connection_pool
     if not follow_sentinel(pool):
         pool.disconnect(inuse_connections=False)
-    if not hasattr(client, "connection_pool"):
-        reread_slot_map(client)
 
 
 async def adrop_stale_connections(client: Any) -> None:
     """:func:`drop_stale_connections` for a ``redis.asyncio`` client (not a Cluster)."""
     pool = client.connection_pool
-    if hasattr(pool, "get_master_address"):
+    if isinstance(pool, AsyncSentinelConnectionPool):
         with contextlib.suppress(RedisError):
-            await pool.get_master_address()
+            await cast(Any, pool).get_master_address()
     else:
         await pool.disconnect(inuse_connections=False)
 
@@ -308,15 +313,7 @@ def execute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
 
 
 async def aexecute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
-    """:func:`execute_many` for a ``redis.asyncio`` client (a Cluster client: one by one)."""
-    if not hasattr(client, "connection_pool"):
-        replies = []
-        for command in commands:
-            try:
-                replies.append(await aexecute(client, *command))
-            except ResponseError as error:
-                replies.append(error)
-        return replies
+    """:func:`execute_many` for a ``redis.asyncio`` client of one server."""
     replies = []
     async with aborrowed(client) as connection:
         await connection.send_packed_command([b"".join(pack(command) for command in commands)])
@@ -342,22 +339,26 @@ async def aexecute(
     reply_timeout: float | None = None,
     if_silent: Callable[[], Sequence[Any]] | None = None,
 ) -> Any:
-    """:func:`execute` for a ``redis.asyncio`` client; ``if_silent`` is also sent when the
-    task is cancelled while it waits for the reply."""
-    if not hasattr(client, "connection_pool"):  # Redis Cluster, or quorum mode (quorum/)
-        key = _routing_key(args) if hasattr(client, "get_node_from_key") else None
-        if key is None:
-            return await client.execute_command(*args)
-        # Named node: sent once, MOVED and ASK still followed (see execute()). The asyncio
-        # client reads the slot map on first use, not when built.
-        await client.initialize()
-        return await client.execute_command(*args, target_nodes=client.get_node_from_key(key))
+    """:func:`execute` for a ``redis.asyncio`` client of one server; ``if_silent`` is also
+    sent when the task is cancelled while it waits for the reply."""
     if not sooner(reply_timeout, socket_timeout_of(client.connection_pool)):
         return await _aexecute_once(client, args, if_silent)
     try:  # the whole exchange: a new connection's handshake waits for Redis too
         return await asyncio.wait_for(_aexecute_once(client, args, if_silent), reply_timeout)
     except asyncio.TimeoutError:
         raise no_reply(cast(float, reply_timeout)) from None
+
+
+async def aexecute_on_cluster(cluster: Any, *args: Any, **ignored: Any) -> Any:
+    """:func:`execute_on_cluster` for ``redis.asyncio``'s Cluster client."""
+    key = _routing_key(args)
+    if key is None:
+        if str(args[0]).upper() == "SCRIPT" and str(args[1]).upper() == "LOAD":
+            return await cluster.script_load(args[2])  # on every primary
+        return await cluster.execute_command(*args)
+    # The asyncio client reads the slot map on first use, not when built.
+    await cluster.initialize()
+    return await cluster.execute_command(*args, target_nodes=cluster.get_node_from_key(key))
 
 
 async def _aexecute_once(

@@ -358,9 +358,10 @@ async def aclose_async_redis_clients() -> None:
         if isinstance(client, redis.asyncio.Redis):
             await client.connection_pool.disconnect()  # ours: aclose() leaves a given pool open
             # A Sentinel-backed client also holds connections to the Sentinels it asked.
-            manager = getattr(client.connection_pool, "sentinel_manager", None)
-            for sentinel in manager.sentinels if manager is not None else []:
-                await sentinel.aclose()
+            pool = client.connection_pool
+            if isinstance(pool, redis.asyncio.sentinel.SentinelConnectionPool):
+                for sentinel in pool.sentinel_manager.sentinels:
+                    await sentinel.aclose()
 
 
 @receiver(setting_changed)

@@ -17,13 +17,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
+from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from .backends import backend_for
 from .backends.drivers import run
-from .commands import execute, execute_many
+from .commands import execute, execute_many, node_client
 from .conf import lock_settings
 from .connection import lock_client
 from .core import flows
@@ -178,14 +179,15 @@ def _scan_targets(client: Any) -> list[Any]:
     each server of a quorum."""
     if isinstance(client, QuorumClient):
         return list(client.clients)
-    if hasattr(client, "get_primaries"):
-        return [client.get_redis_connection(node) for node in client.get_primaries()]
+    if isinstance(client, RedisCluster):
+        primaries = cast(Any, client).get_primaries()  # untyped in redis-py
+        return [client.get_redis_connection(node) for node in primaries]
     return [client]
 
 
 def _client_for_key(client: Any, key: str) -> Any:
-    if hasattr(client, "get_node_from_key"):
-        return client.get_redis_connection(client.get_node_from_key(key))
+    if isinstance(client, RedisCluster):
+        return node_client(client, key)
     return client
 
 

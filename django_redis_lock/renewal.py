@@ -23,13 +23,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisError
 
-from .commands import drop_stale_connections, execute, execute_many, follow_sentinel, server_of
+from .backends import ClusterBackend, ServerBackend, backend_for
+from .commands import execute, execute_many, node_client
 from .conf import lock_settings
 from .core.schedule import RenewedLease, Schedule
-from .quorum import QuorumClient
 from .scripts import EXTEND, EXTEND_MANY
 
 __all__ = ["RenewedLease", "renewer"]
@@ -133,8 +132,9 @@ class _Renewer:
             # demoted only at Sentinel's next check (about 10 s); until then pooled
             # connections would renew the lease there while it runs out on the new one (one
             # query to a Sentinel per renewal round).
-            follow_sentinel(getattr(client, "connection_pool", None))
-            results = _extend_all(client, leases, lengths)
+            backend = backend_for(client)
+            backend.follow_primary()
+            results = _extend_all(backend, leases, lengths)
         except Exception as exc:
             # Whatever it was, these leases were not renewed: retried until they would end,
             # then reported lost (never left due, which would spin the watchdog).
@@ -158,21 +158,25 @@ class _Renewer:
             lease.on_lost(reason)
 
 
-def _extend_all(client: Any, leases: list[RenewedLease], lengths: list[int]) -> list[Any]:
+def _extend_all(
+    backend: ServerBackend, leases: list[RenewedLease], lengths: list[int]
+) -> list[Any]:
+    """Each lease renewed the way its topology does it best (1, 0 or an error each)."""
+    quorum = not backend.queues  # every server, as a majority: one lease at a time
     replicas = lock_settings.MIN_REPLICAS
-    if replicas and not isinstance(client, QuorumClient):
+    if replicas and not quorum:
         return [
-            _extend_acknowledged(client, lease, ms, replicas)
+            _extend_acknowledged(backend, lease, ms, replicas)
             for lease, ms in zip(leases, lengths, strict=True)
         ]
-    if len(leases) == 1 or isinstance(client, QuorumClient):
+    if len(leases) == 1 or quorum:
         return [
-            EXTEND(client, [lease.key], [lease.token, ms])
+            backend.run_script(EXTEND, [lease.key], [lease.token, ms])
             for lease, ms in zip(leases, lengths, strict=True)
         ]
-    if isinstance(client, RedisCluster):
-        return _extend_on_nodes(client, leases, lengths)
-    return _extend_many(client, leases, lengths)
+    if isinstance(backend, ClusterBackend):
+        return _extend_on_nodes(backend.client, leases, lengths)
+    return _extend_many(backend.client, leases, lengths)
 
 
 def _pipelined(server: Any, script: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
@@ -219,7 +223,7 @@ def _extend_on_nodes(cluster: Any, leases: list[RenewedLease], lengths: list[int
         by_node.setdefault(cluster.get_node_from_key(lease.key).name, []).append(index)
     results: list[Any] = [None] * len(leases)
     for indexes in by_node.values():
-        server = server_of(cluster, leases[indexes[0]].key)
+        server = node_client(cluster, leases[indexes[0]].key)
         commands = [
             ("EVALSHA", EXTEND.sha, 1, leases[i].key, leases[i].token, lengths[i]) for i in indexes
         ]
@@ -232,7 +236,9 @@ def _extend_on_nodes(cluster: Any, leases: list[RenewedLease], lengths: list[int
     return results
 
 
-def _extend_acknowledged(client: Any, lease: RenewedLease, ms: int, replicas: int) -> Any:
+def _extend_acknowledged(
+    backend: ServerBackend, lease: RenewedLease, ms: int, replicas: int
+) -> Any:
     """A renewal that counts only once ``replicas`` confirmed it, like an acquisition.
 
     A primary that no replica confirms may have been replaced by a failover that has not
@@ -241,14 +247,14 @@ def _extend_acknowledged(client: Any, lease: RenewedLease, ms: int, replicas: in
     """
     timeout_ms = max(1, int(lock_settings.REPLICA_TIMEOUT * 1000))
     try:
-        result, acknowledged = EXTEND.call_acknowledged(
-            client, [lease.key], [lease.token, ms], replicas, timeout_ms,
+        result, acknowledged = backend.acknowledged(
+            EXTEND, [lease.key], [lease.token, ms], replicas, timeout_ms,
             wanted=lambda reply: reply == 1,
         )  # fmt: skip
     except RedisError as exc:
         return exc
     if result == 1 and acknowledged < replicas:
-        drop_stale_connections(client, lease.key)
+        backend.drop_stale(lease.key)
         return ConnectionError(f"only {acknowledged} of {replicas} replicas confirmed the renewal")
     return result
 

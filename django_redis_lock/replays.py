@@ -20,6 +20,7 @@ import logging
 
 from redis.exceptions import RedisError
 
+from .backends import backend_for
 from .conf import lock_settings
 from .connection import LockAlias, lock_client
 from .keys import replay_budget_key
@@ -53,7 +54,9 @@ def charge(alias: LockAlias, client: str, size: int, window_ms: int) -> str | No
     args = [field, size, client_limit, total_limit, window_ms]
     for server in servers:
         try:
-            answer = int(CHARGE(server, [replay_budget_key(alias, window_ms)], args))
+            answer = int(
+                backend_for(server).run_script(CHARGE, [replay_budget_key(alias, window_ms)], args)
+            )
         except RedisError as exc:
             logger.debug("Could not count a kept response against its budget: %s", exc)
             continue

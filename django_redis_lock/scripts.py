@@ -19,23 +19,15 @@ taken with a bare ``SET NX PX``, no script. The scripts, each documented at its 
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 
-from .commands import (
-    aexecute,
-    aexecute_acknowledged,
-    execute,
-    execute_acknowledged,
-    redirected,
-    reread_slot_map,
-    server_of,
-)
+from .commands import aexecute, aexecute_acknowledged, execute, execute_acknowledged
 from .durations import MAX_SECONDS
 
 __all__ = [
@@ -66,6 +58,42 @@ class Script:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
+    def run(
+        self,
+        send: Callable[..., Any],
+        keys: Sequence[str],
+        args: Sequence[Any],
+        *,
+        reply_timeout: float | None = None,
+        if_silent: Callable[[], Sequence[Any]] | None = None,
+    ) -> Any:
+        """Run the script with ``send(*command, reply_timeout=..., if_silent=...)``, the
+        topology's way of sending one command (``commands.execute`` for one server,
+        ``execute_on_cluster``...); loaded first if the server does not have it."""
+        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
+        try:
+            return send(*command, reply_timeout=reply_timeout, if_silent=if_silent)
+        except NoScriptError:
+            send("SCRIPT", "LOAD", self.source, reply_timeout=reply_timeout)
+            return send(*command, reply_timeout=reply_timeout, if_silent=if_silent)
+
+    async def arun(
+        self,
+        send: Callable[..., Awaitable[Any]],
+        keys: Sequence[str],
+        args: Sequence[Any],
+        *,
+        reply_timeout: float | None = None,
+        if_silent: Callable[[], Sequence[Any]] | None = None,
+    ) -> Any:
+        """:meth:`run` with an async ``send``."""
+        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
+        try:
+            return await send(*command, reply_timeout=reply_timeout, if_silent=if_silent)
+        except NoScriptError:
+            await send("SCRIPT", "LOAD", self.source, reply_timeout=reply_timeout)
+            return await send(*command, reply_timeout=reply_timeout, if_silent=if_silent)
+
     def __call__(
         self,
         client: Any,
@@ -75,13 +103,12 @@ class Script:
         reply_timeout: float | None = None,
         if_silent: Callable[[], Sequence[Any]] | None = None,
     ) -> Any:
-        """Run the script (see :func:`execute` for ``reply_timeout`` and ``if_silent``)."""
-        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
-        try:
-            return execute(client, *command, reply_timeout=reply_timeout, if_silent=if_silent)
-        except NoScriptError:
-            execute(client, "SCRIPT", "LOAD", self.source, reply_timeout=reply_timeout)
-            return execute(client, *command, reply_timeout=reply_timeout, if_silent=if_silent)
+        """Run the script on one server's client (see :func:`execute` for ``reply_timeout``
+        and ``if_silent``). Other topologies: their backend's ``run_script``."""
+        return self.run(
+            functools.partial(execute, client), keys, args,
+            reply_timeout=reply_timeout, if_silent=if_silent,
+        )  # fmt: skip
 
     def command(self, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
         """The script as one command that needs nothing loaded (``EVAL`` of its source): for
@@ -89,30 +116,12 @@ class Script:
         return ("EVAL", self.source, len(keys), *keys, *args)
 
     def call_acknowledged(
-        self, client: Any, keys: Sequence[str], args: Sequence[Any], replicas: int,
+        self, server: Any, keys: Sequence[str], args: Sequence[Any], replicas: int,
         timeout_ms: int, wanted: Callable[[Any], bool],
     ) -> tuple[Any, int]:  # fmt: skip
-        """The script, then ``WAIT`` for ``replicas`` if ``wanted(reply)``: see
-        :func:`execute_acknowledged`."""
+        """The script on one server's client, then ``WAIT`` for ``replicas`` if
+        ``wanted(reply)``: see :func:`execute_acknowledged`."""
         command = ("EVALSHA", self.sha, len(keys), *keys, *args)
-        server = server_of(client, keys[0])
-        try:
-            return self._acknowledged(server, command, replicas, timeout_ms, wanted)
-        except (ResponseError, RedisConnectionError) as exc:
-            if server is client or not (isinstance(exc, RedisConnectionError) or redirected(exc)):
-                raise
-            # This call (MOVED: the script did not run) or the next goes to the right primary.
-            reread_slot_map(client)
-            if isinstance(exc, RedisConnectionError):
-                raise
-            return self._acknowledged(
-                server_of(client, keys[0]), command, replicas, timeout_ms, wanted
-            )
-
-    def _acknowledged(
-        self, server: Any, command: Sequence[Any], replicas: int, timeout_ms: int,
-        wanted: Callable[[Any], bool],
-    ) -> tuple[Any, int]:  # fmt: skip
         try:
             return execute_acknowledged(server, command, replicas, timeout_ms, wanted)
         except NoScriptError:
@@ -129,29 +138,6 @@ class Script:
         except NoScriptError:
             await aexecute(client, "SCRIPT", "LOAD", self.source)
             return await aexecute_acknowledged(client, command, replicas, timeout_ms, wanted)
-
-    async def acall(
-        self,
-        client: Any,
-        keys: Sequence[str],
-        args: Sequence[Any],
-        *,
-        reply_timeout: float | None = None,
-        if_silent: Callable[[], Sequence[Any]] | None = None,
-    ) -> Any:
-        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
-        try:
-            return await aexecute(
-                client, *command, reply_timeout=reply_timeout, if_silent=if_silent
-            )
-        except NoScriptError:
-            if hasattr(client, "connection_pool"):
-                await aexecute(client, "SCRIPT", "LOAD", self.source, reply_timeout=reply_timeout)
-            else:  # an asyncio Redis Cluster client: it loads the script on every primary
-                await client.script_load(self.source)
-            return await aexecute(
-                client, *command, reply_timeout=reply_timeout, if_silent=if_silent
-            )
 
 
 # Prepended to every script. duration(): the milliseconds a script is given are checked before

@@ -15,18 +15,22 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .commands import (
     aborrowed,
-    aexecute,
+    aexecute_on_cluster,
     borrowed,
     no_reply,
     pack,
     redirected,
-    reread_slot_map,
-    server_of,
     socket_timeout_of,
     sooner,
 )
 
-__all__ = ["arun_then_wait", "await_wake", "run_then_wait", "wait_for_wake"]
+__all__ = [
+    "arun_then_wait",
+    "await_wake",
+    "await_wake_on_cluster",
+    "run_then_wait",
+    "wait_for_wake",
+]
 
 
 # BLPOP's own timeout is only checked when the server's event loop wakes (every 100 ms on an
@@ -58,16 +62,21 @@ def _popped(reply: Any) -> Any:
     return None if reply is None else reply[1]
 
 
-def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> Any:
-    """Block until something is pushed on ``key`` (returns it) or ``seconds`` pass (None).
+def wait_for_wake(
+    client: Any,
+    key: str,
+    seconds: float,
+    *,
+    exact: bool = True,
+    on_interrupted: Callable[[], None] | None = None,
+) -> Any:
+    """Block until something is pushed on ``key`` (returns it) or ``seconds`` pass (None), on
+    one server's client (on a Cluster: the key's node's, ``commands.node_client``).
 
-    A wait interrupted by a failover also returns None: the caller asks the lock again,
-    which fails at once if no primary answers, or goes on waiting on the new one.
+    A wait interrupted by a failover also returns None, after calling ``on_interrupted`` (a
+    Cluster reads its slot map again): the caller asks the lock again, which fails at once if
+    no primary answers, or goes on waiting on the new one.
     """
-    if not hasattr(client, "connection_pool"):
-        cluster, client = client, server_of(client, key)  # timed here, on the node's own pool
-    else:
-        cluster = None
     server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
     try:
         with borrowed(client) as connection:
@@ -82,8 +91,8 @@ def wait_for_wake(client: Any, key: str, seconds: float, *, exact: bool = True) 
     except RedisError as error:
         if not _interrupted(error):
             raise
-        if cluster is not None:
-            reread_slot_map(cluster)
+        if on_interrupted is not None:
+            on_interrupted()
         return None
 
 
@@ -189,14 +198,7 @@ async def arun_then_wait(
 
 
 async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = True) -> Any:
-    """:func:`wait_for_wake` for a ``redis.asyncio`` client."""
-    if not hasattr(client, "connection_pool"):  # Redis Cluster
-        try:
-            return _popped(await aexecute(client, "BLPOP", key, seconds))
-        except RedisError as error:
-            if not _interrupted(error):
-                raise
-            return None
+    """:func:`wait_for_wake` for a ``redis.asyncio`` client of one server."""
     server_timeout, client_timeout = _blpop_timeouts(seconds, exact)
     try:
         async with aborrowed(client) as connection:
@@ -207,6 +209,16 @@ async def await_wake(client: Any, key: str, seconds: float, *, exact: bool = Tru
                 await connection.disconnect()
                 return None
             return _popped(reply)
+    except RedisError as error:
+        if not _interrupted(error):
+            raise
+        return None
+
+
+async def await_wake_on_cluster(cluster: Any, key: str, seconds: float) -> Any:
+    """:func:`await_wake` on ``redis.asyncio``'s Cluster client (through its own routing)."""
+    try:
+        return _popped(await aexecute_on_cluster(cluster, "BLPOP", key, seconds))
     except RedisError as error:
         if not _interrupted(error):
             raise

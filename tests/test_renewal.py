@@ -19,6 +19,7 @@ from django_redis_lock import (
     LockNotOwned,
     aclose_async_redis_clients,
     lock_lost,
+    renewal,
 )
 from django_redis_lock.durations import clock_allowance
 from django_redis_lock.keys import lock_keys
@@ -152,14 +153,14 @@ def test_an_unexpected_error_is_a_failed_renewal_not_a_spinning_thread(
     the lock is reported lost when its lease would have ended."""
     calls = []
 
-    def broken(client, leases, lengths):
+    def broken(backend, leases, lengths):
         calls.append(time.monotonic())
         raise RuntimeError("not a RedisError")
 
     settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
     held = Lock("unexpected-error")
     held.acquire()
-    monkeypatch.setattr(renewer, "_extend_all", broken)
+    monkeypatch.setattr(renewal, "_extend_all", broken)
     assert losses.event.wait(3)
     assert held.lost
     assert losses == [("unexpected-error", losses[0][1])]

@@ -1,21 +1,18 @@
-"""The backends: each carries out the core's requests for one topology (see ``__init__.py``).
+"""One Redis server, directly or through Sentinel: :class:`ServerBackend` and its async twin,
+and :class:`Backend`, what every topology's backend shares (see ``__init__.py``).
 
-The requests go out through ``commands.py`` (each sent once, on a pooled connection) and the
-scripts through ``scripts.py``. A backend is chosen once per client, by its class, and kept as
-long as the client is.
+A backend carries out the core's requests (``core/requests.py``) by a handful of methods that
+each topology implements its own way (``send``, ``send_many``, ``run_script``,
+``acknowledged``, ``wait``, ``drop_stale``, ``follow_primary``); ``perform`` maps a request
+onto them, once for all. The commands go out through ``commands.py`` (each sent once, on a
+pooled connection), the scripts through ``scripts.py``, the waits through ``waits.py``.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
-from django.dispatch import receiver
-from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.cluster import RedisCluster
 from redis.exceptions import ClusterError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -26,25 +23,19 @@ from ..commands import (
     drop_stale_connections,
     execute,
     execute_many,
+    follow_sentinel,
 )
-from ..conf import PREFIX
-from ..connection import LockAlias, lock_client
 from ..core.requests import Block, Command, Eval, Failover, Pipeline, Request
-from ..quorum import AsyncQuorumClient, QuorumClient
 from ..scripts import EXTEND, JOIN, RELEASE, TAKE, Script
 from ..waits import arun_then_wait, await_wake, run_then_wait, wait_for_wake
 
 __all__ = [
-    "AsyncClusterBackend",
-    "AsyncQuorumBackend",
+    "SCRIPTS",
     "AsyncServerBackend",
     "Backend",
-    "ClusterBackend",
-    "QuorumBackend",
     "ServerBackend",
-    "async_backend_for",
-    "backend_for",
-    "backend_of",
+    "one_by_one",
+    "shortened",
 ]
 
 SCRIPTS: dict[str, Script] = {script.name: script for script in (TAKE, JOIN, RELEASE, EXTEND)}
@@ -62,12 +53,24 @@ def _silent(give_back: Eval | None) -> Callable[[], Sequence[Any]] | None:
     return lambda: script.command(give_back.keys, give_back.args)
 
 
-def _shortened(request: Block, reply: Any) -> tuple[float, bool]:
+def shortened(request: Block, reply: Any) -> tuple[float, bool]:
     """How long a block sent after ``request.first`` lasts, given its reply (``at_most``)."""
     limit = request.at_most(reply) if request.at_most is not None else request.seconds
     if limit < request.seconds:
         return max(limit, 0.001), True
     return request.seconds, request.exact
+
+
+def one_by_one(send: Callable[..., Any], commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """``send_many`` where commands cannot share a round trip: each ``send``, error replies
+    in place."""
+    replies: list[Any] = []
+    for command in commands:
+        try:
+            replies.append(send(*command))
+        except ResponseError as error:
+            replies.append(error)
+    return replies
 
 
 class Backend:
@@ -99,41 +102,80 @@ class Backend:
 class ServerBackend(Backend):
     """One Redis server, directly or through Sentinel (a ``redis.Redis`` client)."""
 
+    def send(
+        self,
+        *args: Any,
+        reply_timeout: float | None = None,
+        if_silent: Callable[[], Sequence[Any]] | None = None,
+    ) -> Any:
+        """One command, sent once (``commands.execute``)."""
+        return execute(self.client, *args, reply_timeout=reply_timeout, if_silent=if_silent)
+
+    def send_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Several commands in one round trip; error replies in place."""
+        return execute_many(self.client, commands)
+
+    def run_script(
+        self, script: Script, keys: Sequence[str], args: Sequence[Any], **options: Any
+    ) -> Any:
+        """``script``, loaded where it must be (``options``: :meth:`send`'s)."""
+        return script.run(self.send, keys, args, **options)
+
+    def acknowledged(
+        self, script: Script, keys: Sequence[str], args: Sequence[Any], replicas: int,
+        timeout_ms: int, wanted: Callable[[Any], bool],
+    ) -> tuple[Any, int]:  # fmt: skip
+        """``script``, then ``WAIT`` for ``replicas`` on the same connection if ``wanted``."""
+        return script.call_acknowledged(self.client, keys, args, replicas, timeout_ms, wanted)
+
+    def wait(self, key: str, seconds: float, exact: bool) -> Any:
+        """Block on the wake-up list ``key`` (``waits.wait_for_wake``)."""
+        return wait_for_wake(self.client, key, seconds, exact=exact)
+
+    def drop_stale(self, key: str) -> None:
+        """The server of ``key`` may be a primary a failover replaced."""
+        drop_stale_connections(self.client)
+
+    def follow_primary(self) -> None:
+        """Before a batch of renewals: renew where the primary is now (Sentinel)."""
+        follow_sentinel(self.client.connection_pool)
+
     def perform(self, request: Request) -> Any:
         kind = type(request)
         if kind is Command:
             assert isinstance(request, Command)
-            return execute(
-                self.client, *request.args,
+            return self.send(
+                *request.args,
                 reply_timeout=request.reply_timeout, if_silent=_silent(request.give_back),
             )  # fmt: skip
         if kind is Eval:
             assert isinstance(request, Eval)
             script = SCRIPTS[request.script]
             if request.replicas:
-                return script.call_acknowledged(
-                    self.client, request.keys, request.args, request.replicas,
-                    request.replica_timeout_ms, wanted=_grants,
+                return self.acknowledged(
+                    script, request.keys, request.args, request.replicas,
+                    request.replica_timeout_ms, _grants,
                 )  # fmt: skip
-            return script(
-                self.client, request.keys, request.args,
+            return self.run_script(
+                script, request.keys, request.args,
                 reply_timeout=request.reply_timeout, if_silent=_silent(request.give_back),
             )  # fmt: skip
         if kind is Block:
             assert isinstance(request, Block)
             if request.first is not None:
-                return self._run_then_wait(request, request.first)
-            return wait_for_wake(self.client, request.key, request.seconds, exact=request.exact)
+                return self.run_then_wait(request, request.first)
+            return self.wait(request.key, request.seconds, request.exact)
         if kind is Pipeline:
             assert isinstance(request, Pipeline)
-            return execute_many(self.client, request.commands)
+            return self.send_many(request.commands)
         if kind is Failover:
             assert isinstance(request, Failover)
-            drop_stale_connections(self.client, request.key)
+            self.drop_stale(request.key)
             return None
         raise TypeError(f"{type(self).__name__} cannot carry out {request!r}")
 
-    def _run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
+    def run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
+        """``first`` and the block after it, in one round trip on one connection."""
         script = SCRIPTS[first.script]
         command = ("EVALSHA", script.sha, len(first.keys), *first.keys, *first.args)
         silent = _silent(first.give_back)
@@ -146,80 +188,73 @@ class ServerBackend(Backend):
             except NoScriptError:
                 if attempt == 2:
                     raise
-                execute(self.client, "SCRIPT", "LOAD", script.source)
+                self.send("SCRIPT", "LOAD", script.source)
         raise AssertionError("unreachable")
-
-
-class ClusterBackend(ServerBackend):
-    """Redis Cluster: each command goes to the node of its key (all keys of one lock share a
-    hash tag, so one node), sent once, MOVED and ASK followed."""
-
-    def perform(self, request: Request) -> Any:
-        if type(request) is Pipeline:
-            assert isinstance(request, Pipeline)
-            # One by one, through the Cluster client, which follows MOVED and ASK (a slot
-            # being moved): a pipeline on one node's connection could not. Failure paths only.
-            replies: list[Any] = []
-            for command in request.commands:
-                try:
-                    replies.append(execute(self.client, *command))
-                except ResponseError as error:
-                    replies.append(error)
-            return replies
-        return super().perform(request)
-
-    def _run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
-        # In two round trips: the script through the Cluster client, which follows MOVED and
-        # ASK (a slot being moved), then the wait on the node's own connection.
-        reply = super().perform(first)
-        seconds, exact = _shortened(request, reply)
-        return reply, wait_for_wake(self.client, request.key, seconds, exact=exact)
-
-
-class QuorumBackend(ServerBackend):
-    """Quorum mode (``quorum/``): each request goes to every server, answered as the majority
-    does. No queue: a waiter looks again after a short random delay."""
-
-    queues = False
 
 
 class AsyncServerBackend(Backend):
     """:class:`ServerBackend` for a ``redis.asyncio`` client."""
 
+    async def send(
+        self,
+        *args: Any,
+        reply_timeout: float | None = None,
+        if_silent: Callable[[], Sequence[Any]] | None = None,
+    ) -> Any:
+        return await aexecute(self.client, *args, reply_timeout=reply_timeout, if_silent=if_silent)
+
+    async def send_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        return await aexecute_many(self.client, commands)
+
+    async def acknowledged(
+        self, script: Script, keys: Sequence[str], args: Sequence[Any], replicas: int,
+        timeout_ms: int, wanted: Callable[[Any], bool],
+    ) -> tuple[Any, int]:  # fmt: skip
+        return await script.acall_acknowledged(
+            self.client, keys, args, replicas, timeout_ms, wanted
+        )
+
+    async def wait(self, key: str, seconds: float, exact: bool) -> Any:
+        return await await_wake(self.client, key, seconds, exact=exact)
+
+    async def drop_stale(self, key: str) -> None:
+        await adrop_stale_connections(self.client)
+
     async def perform(self, request: Request) -> Any:
         kind = type(request)
         if kind is Command:
             assert isinstance(request, Command)
-            return await aexecute(
-                self.client, *request.args,
+            return await self.send(
+                *request.args,
                 reply_timeout=request.reply_timeout, if_silent=_silent(request.give_back),
             )  # fmt: skip
         if kind is Eval:
             assert isinstance(request, Eval)
             script = SCRIPTS[request.script]
             if request.replicas:
-                return await script.acall_acknowledged(
-                    self.client, request.keys, request.args, request.replicas,
-                    request.replica_timeout_ms, wanted=_grants,
+                return await self.acknowledged(
+                    script, request.keys, request.args, request.replicas,
+                    request.replica_timeout_ms, _grants,
                 )  # fmt: skip
-            return await script.acall(
-                self.client, request.keys, request.args,
+            return await script.arun(
+                self.send, request.keys, request.args,
                 reply_timeout=request.reply_timeout, if_silent=_silent(request.give_back),
             )  # fmt: skip
         if kind is Block:
             assert isinstance(request, Block)
             if request.first is not None:
-                return await self._run_then_wait(request, request.first)
-            return await await_wake(self.client, request.key, request.seconds, exact=request.exact)
+                return await self.run_then_wait(request, request.first)
+            return await self.wait(request.key, request.seconds, request.exact)
         if kind is Pipeline:
             assert isinstance(request, Pipeline)
-            return await aexecute_many(self.client, request.commands)
+            return await self.send_many(request.commands)
         if kind is Failover:
-            await adrop_stale_connections(self.client)
+            assert isinstance(request, Failover)
+            await self.drop_stale(request.key)
             return None
         raise TypeError(f"{type(self).__name__} cannot carry out {request!r}")
 
-    async def _run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
+    async def run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
         script = SCRIPTS[first.script]
         command = ("EVALSHA", script.sha, len(first.keys), *first.keys, *first.args)
         silent = _silent(first.give_back)
@@ -232,79 +267,5 @@ class AsyncServerBackend(Backend):
             except NoScriptError:
                 if attempt == 2:
                     raise
-                await aexecute(self.client, "SCRIPT", "LOAD", script.source)
+                await self.send("SCRIPT", "LOAD", script.source)
         raise AssertionError("unreachable")
-
-
-class AsyncClusterBackend(AsyncServerBackend):
-    """:class:`ClusterBackend` for ``redis.asyncio.cluster.RedisCluster``."""
-
-    async def _run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
-        reply = await self.perform(first)
-        seconds, exact = _shortened(request, reply)
-        return reply, await await_wake(self.client, request.key, seconds, exact=exact)
-
-    async def perform(self, request: Request) -> Any:
-        if isinstance(request, Eval) and request.replicas:
-            raise ImproperlyConfigured(
-                "DJANGO_REDIS_LOCK_MIN_REPLICAS is not supported by the async API on a Redis "
-                "Cluster yet: use the sync API (or sync_to_async) for these locks."
-            )
-        return await super().perform(request)
-
-
-class AsyncQuorumBackend(AsyncServerBackend):
-    """:class:`QuorumBackend` for asyncio (each request runs in a worker thread)."""
-
-    queues = False
-
-
-_backends: weakref.WeakKeyDictionary[Any, Backend] = weakref.WeakKeyDictionary()
-
-
-def backend_for(client: Any) -> ServerBackend:
-    """The backend for a client of ``connection.lock_client()``, chosen once by its class."""
-    backend = _backends.get(client)
-    if backend is None:
-        if isinstance(client, QuorumClient):
-            backend = QuorumBackend(client)
-        elif isinstance(client, RedisCluster):
-            backend = ClusterBackend(client)
-        else:
-            backend = ServerBackend(client)
-        _backends[client] = backend
-    assert isinstance(backend, ServerBackend)
-    return backend
-
-
-_by_alias: dict[LockAlias, ServerBackend] = {}
-
-
-def backend_of(alias: LockAlias) -> ServerBackend:
-    """The backend of the locks of ``alias`` (``connection.lock_client``), kept until the
-    settings change."""
-    backend = _by_alias.get(alias)
-    if backend is None:
-        backend = _by_alias[alias] = backend_for(lock_client(alias))
-    return backend
-
-
-@receiver(setting_changed)
-def _forget_backends(*, setting: str, **kwargs: Any) -> None:
-    if setting == "CACHES" or setting.startswith(PREFIX):
-        _by_alias.clear()
-
-
-def async_backend_for(client: Any) -> AsyncServerBackend:
-    """:func:`backend_for` for a client of ``connection.async_lock_client()``."""
-    if isinstance(client, AsyncQuorumClient):
-        return AsyncQuorumBackend(client)
-    backend = _backends.get(client)
-    if backend is None:
-        if isinstance(client, AsyncRedisCluster):
-            backend = AsyncClusterBackend(client)
-        else:
-            backend = AsyncServerBackend(client)
-        _backends[client] = backend
-    assert isinstance(backend, AsyncServerBackend)
-    return backend

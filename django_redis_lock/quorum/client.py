@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import redis
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -96,7 +97,7 @@ class QuorumClient:
 
     def __init__(self, name: str, members: Sequence[tuple[str, Any]]) -> None:
         for alias, client in members:
-            if getattr(client, "connection_pool", None) is None:
+            if not isinstance(client, redis.Redis):
                 raise ImproperlyConfigured(
                     f"Quorum {name}: cache alias {alias!r} gives a {type(client).__name__}; "
                     "each member of a quorum must be one Redis server (a plain redis.Redis "

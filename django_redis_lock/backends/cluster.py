@@ -1,0 +1,113 @@
+"""Redis Cluster: :class:`ClusterBackend` and its async twin. Each command goes to the node of
+its key (all keys of one lock share a hash tag, so one node), sent once, MOVED and ASK followed
+by redis-py's Cluster client; what must stay on one connection (a ``WAIT`` after a write, a
+blocking wait timed here) goes to the node's own client."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from ..commands import (
+    aexecute_on_cluster,
+    drop_stale_connections,
+    execute_on_cluster,
+    node_client,
+    redirected,
+    reread_slot_map,
+)
+from ..core.requests import Block, Eval, Request
+from ..scripts import Script
+from ..waits import await_wake_on_cluster, wait_for_wake
+from .server import AsyncServerBackend, ServerBackend, one_by_one, shortened
+
+__all__ = ["AsyncClusterBackend", "ClusterBackend"]
+
+
+class ClusterBackend(ServerBackend):
+    """Redis Cluster (``redis.cluster.RedisCluster``)."""
+
+    def send(self, *args: Any, **options: Any) -> Any:
+        # The socket timeout applies, not a reply budget: see commands.execute_on_cluster.
+        return execute_on_cluster(self.client, *args)
+
+    def send_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        # One by one, through the Cluster client, which follows MOVED and ASK (a slot being
+        # moved): a pipeline on one node's connection could not. Failure paths only.
+        return one_by_one(self.send, commands)
+
+    def acknowledged(
+        self, script: Script, keys: Sequence[str], args: Sequence[Any], replicas: int,
+        timeout_ms: int, wanted: Callable[[Any], bool],
+    ) -> tuple[Any, int]:  # fmt: skip
+        def call(server: Any) -> tuple[Any, int]:
+            return script.call_acknowledged(server, keys, args, replicas, timeout_ms, wanted)
+
+        try:
+            return call(node_client(self.client, keys[0]))
+        except (ResponseError, RedisConnectionError) as exc:
+            if not (isinstance(exc, RedisConnectionError) or redirected(exc)):
+                raise
+            # This call (MOVED: the script did not run) or the next goes to the right primary.
+            reread_slot_map(self.client)
+            if isinstance(exc, RedisConnectionError):
+                raise
+            return call(node_client(self.client, keys[0]))
+
+    def wait(self, key: str, seconds: float, exact: bool) -> Any:
+        # Timed here, on the node's own pool.
+        return wait_for_wake(
+            node_client(self.client, key), key, seconds, exact=exact,
+            on_interrupted=functools.partial(reread_slot_map, self.client),
+        )  # fmt: skip
+
+    def drop_stale(self, key: str) -> None:
+        drop_stale_connections(node_client(self.client, key))
+        reread_slot_map(self.client)
+
+    def follow_primary(self) -> None:
+        """The Cluster client follows failovers itself (MOVED, and its slot map)."""
+
+    def run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
+        # In two round trips: the script through the Cluster client, which follows MOVED and
+        # ASK (a slot being moved), then the wait on the node's own connection.
+        reply = self.perform(first)
+        seconds, exact = shortened(request, reply)
+        return reply, self.wait(request.key, seconds, exact)
+
+
+class AsyncClusterBackend(AsyncServerBackend):
+    """:class:`ClusterBackend` for ``redis.asyncio.cluster.RedisCluster``."""
+
+    async def send(self, *args: Any, **options: Any) -> Any:
+        return await aexecute_on_cluster(self.client, *args)
+
+    async def send_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        replies: list[Any] = []
+        for command in commands:
+            try:
+                replies.append(await self.send(*command))
+            except ResponseError as error:
+                replies.append(error)
+        return replies
+
+    async def wait(self, key: str, seconds: float, exact: bool) -> Any:
+        return await await_wake_on_cluster(self.client, key, seconds)
+
+    async def run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
+        reply = await self.perform(first)
+        seconds, exact = shortened(request, reply)
+        return reply, await self.wait(request.key, seconds, exact)
+
+    async def perform(self, request: Request) -> Any:
+        if isinstance(request, Eval) and request.replicas:
+            raise ImproperlyConfigured(
+                "DJANGO_REDIS_LOCK_MIN_REPLICAS is not supported by the async API on a Redis "
+                "Cluster yet: use the sync API (or sync_to_async) for these locks."
+            )
+        return await super().perform(request)
