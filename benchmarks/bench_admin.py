@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         from django.test import RequestFactory
 
         from django_redis_lock import Lock, get_redis_client
-        from django_redis_lock.models import Lock as LockModel
+        from django_redis_lock.models import HeldLock
 
         client = get_redis_client()
         pipe = client.pipeline(transaction=False)
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         for lock in held:
             lock.acquire()
 
-        model_admin = admin.site._registry[LockModel]
+        model_admin = admin.site._registry[HeldLock]
         operator = User(username="operator", is_superuser=True, is_staff=True, is_active=True)
         factory = RequestFactory()
 
