@@ -10,7 +10,6 @@ Only the lease keys (``...{tag}``) are listed, not their siblings (queue, wake-u
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import re
@@ -31,7 +30,7 @@ from .core import flows
 from .core.lease import decode_lease
 from .keys import lock_keys, name_in_key, namespace, readable_tag
 from .locks import Lock
-from .quorum import QuorumClient
+from .quorum import QuorumClient, QuorumUnavailable
 from .signals import lock_force_released
 
 __all__ = [
@@ -40,6 +39,7 @@ __all__ = [
     "force_release",
     "get_lock",
     "glob_escape",
+    "incomplete",
     "iter_locks",
     "page",
     "scan_page",
@@ -195,11 +195,22 @@ def _lookup(client: Any, key: str) -> LockInfo | None:
     """The record of ``key``; for a quorum, from the first of its servers that answers with
     one (a server that is down is passed over)."""
     if isinstance(client, QuorumClient):
-        for member in client.clients:
-            with contextlib.suppress(RedisError):
+        failures = []
+        for alias, member in zip(client.aliases, client.clients, strict=True):
+            try:
                 info = next(_read(member, [key]), None)
-                if info is not None:
-                    return info
+            except RedisError as exc:
+                failures.append(f"{alias}: {exc}")
+                continue
+            if info is not None:
+                return info
+        if len(client.clients) - len(failures) < client.majority:
+            # Those that answered have no such lock; those that did not may.
+            raise QuorumUnavailable(
+                f"only {len(client.clients) - len(failures)} of the {len(client.clients)} "
+                f"servers of quorum {client.name} answered, and {client.majority} are needed "
+                f"to tell whether {key} is held: " + "; ".join(failures)
+            )
         return None
     return next(_read(_client_for_key(client, key), [key]), None)
 
@@ -273,7 +284,7 @@ def scan_page(
             if not isinstance(client, QuorumClient):
                 raise
             # One server of a quorum down: list what the others hold.
-            logger.warning("Cannot list the locks on %r: %s", client.aliases[target_index], exc)
+            logger.info("Cannot list the locks on %r: %s", client.aliases[target_index], exc)
             if unreachable is not None:
                 unreachable.append(f"{client.aliases[target_index]}: {exc}")
             target_index, phase_index, position = target_index + 1, 0, 0
@@ -299,13 +310,37 @@ def scan_page(
 
 
 def iter_locks(
-    match: str | None = None, count: int = 500, *, using: str | None = None
+    match: str | None = None,
+    count: int = 500,
+    *,
+    using: str | None = None,
+    unreachable: list[str] | None = None,
 ) -> Iterator[LockInfo]:
-    """Every live lock (whose name contains ``match``), ``count`` keys per ``SCAN`` batch."""
+    """Every live lock (whose name contains ``match``), ``count`` keys per ``SCAN`` batch.
+    For a quorum, the servers that could not be listed are added to ``unreachable`` (see
+    :func:`incomplete`)."""
     cursor: str | None = "0"
     while cursor is not None:
-        items, cursor = page(cursor, count, match=match, using=using)
+        items, cursor, _ = scan_page(
+            cursor, count, match=match, using=using, unreachable=unreachable
+        )
         yield from items
+
+
+def incomplete(unreachable: list[str], *, using: str | None = None) -> str | None:
+    """Why a listing of a quorum's locks that could not read the ``unreachable`` servers may
+    miss some (fewer than a majority were read), or None when it cannot: a quorum's lock is
+    held on a majority, so with a majority read, one of them has it."""
+    client = lock_client(using or lock_settings.CACHE_ALIAS)
+    if not unreachable or not isinstance(client, QuorumClient):
+        return None
+    read = len(client.clients) - len(unreachable)
+    if read >= client.majority:
+        return None
+    return (
+        f"only {read} of the {len(client.clients)} servers of quorum {client.name} could be "
+        f"read, and {client.majority} are needed to see every lock: " + "; ".join(unreachable)
+    )
 
 
 def get_lock(name: str, *, using: str | None = None) -> LockInfo | None:

@@ -70,11 +70,12 @@ def contended(lock: Reported, max_wait: float, holder: Any) -> None:
 
 
 def gave_up(lock: Reported, max_wait: float) -> None:
-    """An acquisition that could wait ended without the lock. A WARNING only: the caller is
-    told too (``LockNotAcquired``, or a guard's own handling), so this is never the only
-    trace of it."""
+    """An acquisition that could wait ended without the lock. INFO, not WARNING: the caller
+    is told (``LockNotAcquired``, or a guard's own handling, such as a command's exit status),
+    and handles it; a WARNING would reach stderr through logging's last-resort handler in a
+    project without ``LOGGING``, which a cron job mails, even with ``--verbosity 0``."""
     if max_wait > 0:
-        logger.warning("Gave up on lock %r after waiting %ss", lock.name, max_wait)
+        logger.info("Gave up on lock %r after waiting %ss", lock.name, max_wait)
 
 
 def acquired(lock: Reported, waited: float, fence: int | None) -> None:

@@ -1,9 +1,13 @@
 """The documentation keeps pace with the code."""
 
+import ast
+import asyncio
 import re
 from pathlib import Path
 
-from django_redis_lock import checks
+import pytest
+
+from django_redis_lock import aclose_async_redis_clients, checks
 from django_redis_lock.conf import SETTINGS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -34,3 +38,54 @@ def test_relative_links_resolve():
             if not (page.parent / target).exists():
                 broken.append(f"{page.name}: {target}")
     assert broken == []
+
+
+# -- every Python block in the docs runs, or says why it does not --------------------------
+
+_BLOCK = re.compile(r"(?:<!-- not run: (?P<why>[^>]+) -->\n)?```python\n(?P<code>.*?)```", re.S)
+
+
+def python_blocks():
+    for page in [DOCS.parent / "README.md", *sorted(DOCS.glob("*.md"))]:
+        text = page.read_text()
+        for match in _BLOCK.finditer(text):
+            line = text.count("\n", 0, match.start("code")) + 1
+            yield pytest.param(match["code"], match["why"], id=f"{page.name}:{line}")
+
+
+def _stubs():
+    """What the snippets call as the reader's own code: plain functions that do nothing."""
+
+    def work(*args, **kwargs):
+        return "built"
+
+    async def awork(*args, **kwargs):
+        return None
+
+    from django.core.cache import cache
+
+    event = type("Event", (), {"id": 7})()
+    feed = type("Feed", (), {"pk": 42})()
+    return {
+        "build_the_report": work, "build_report": work, "run_import": work, "handle": work,
+        "refresh": awork, "event": event, "feed": feed, "cache": cache,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(("code", "why"), list(python_blocks()))
+def test_every_python_block_runs_or_says_why_not(code, why, redis_client):
+    if why is not None:
+        assert len(why.strip()) > 5  # a reason a reader understands
+        return
+    namespace = {"__name__": "docs_snippet", **_stubs()}
+    compiled = compile(code, "<docs>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    result = eval(compiled, namespace)
+    if asyncio.iscoroutine(result):
+        asyncio.run(_and_close(result))
+
+
+async def _and_close(coroutine):
+    try:
+        await coroutine
+    finally:
+        await aclose_async_redis_clients()

@@ -4,6 +4,7 @@ one paused), with threads and processes contending."""
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import resource
 import signal
@@ -15,6 +16,8 @@ import pytest
 import redis
 from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from django_redis_lock import (
     Lock,
@@ -357,6 +360,29 @@ def test_default_alias_may_name_a_quorum(quorum, settings):
     assert not held.owned()
     with pytest.raises(LockNotOwned):
         held.release()
+
+
+def test_redis_locks_says_what_it_could_not_read(quorum, settings):
+    """One server down: every lock is still listed (each is held on a majority), with a
+    warning naming the server. Two down: a lock may be missing, so the command says so and
+    fails (status 3), and ``show`` does not answer "not held" from a minority."""
+    settings.DJANGO_REDIS_LOCK_CACHE_ALIAS = "redlock"
+    held = Lock("q:cli")
+    held.acquire()
+    quorum.servers[0].stop()
+    out, err = io.StringIO(), io.StringIO()
+    call_command("redis_locks", "list", stdout=out, stderr=err)
+    assert "q:cli" in out.getvalue()
+    assert "Warning: not read (a majority was, so no lock is missing): q0: " in err.getvalue()
+    quorum.servers[1].stop()
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError, match="may be incomplete: only 1 of the 3 servers") as caught:
+        call_command("redis_locks", "list", stdout=out, stderr=err)
+    assert caught.value.returncode == 3
+    assert "No locks are held" not in err.getvalue()
+    with pytest.raises(CommandError, match="needed to tell whether") as caught:
+        call_command("redis_locks", "show", "q:other")
+    assert caught.value.returncode == 3
 
 
 def test_the_admin_page_lists_quorum_locks(quorum, settings, admin_client):

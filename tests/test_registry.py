@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -13,6 +17,10 @@ from django.core.management.base import CommandError
 from django_redis_lock import Lock, LockLost, lock_force_released, registry
 from django_redis_lock.commands import execute_many
 from django_redis_lock.keys import lock_keys
+from tests.conftest import django_redis_caches
+from tests.helpers import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def hold_many(client, count, prefix="bulk"):
@@ -201,3 +209,27 @@ def test_cli_release_with_token_and_yes():
     out, _ = run("release", "cli:release", "--yes")
     assert "Released" in out
     assert not holder.locked()
+
+
+def test_cli_with_redis_down_says_so_in_one_line(settings, redis_url):
+    """Not redis-py's traceback: one line naming the problem, and exit status 3."""
+    settings.CACHES = django_redis_caches(f"redis://127.0.0.1:{free_port()}/0")
+    for args in (("list",), ("show", "anything"), ("release", "anything", "--yes")):
+        with pytest.raises(CommandError, match=r"^Redis could not be reached: ") as caught:
+            run(*args)
+        assert caught.value.returncode == 3
+        assert "\n" not in str(caught.value)
+
+
+def test_the_cli_with_redis_down_from_the_command_line(redis_url):
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT)}
+    env["DJANGO_REDIS_LOCK_TEST_REDIS_URL"] = dead
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "redis_locks", "list"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 3
+    assert done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith("CommandError: Redis could not be reached: ")

@@ -5,8 +5,9 @@
     redis_locks release NAME [--token TOKEN] [--yes]
 
 Exit status: 0 done; 1 the lock is not held, changed hands before the release (nothing was
-deleted), or the release was not confirmed; 2 bad usage. ``--json`` prints the fields of
-``LockInfo.as_dict()``, with stable keys, for scripts.
+deleted), or the release was not confirmed; 2 bad usage; 3 Redis could not be reached (for a
+quorum: fewer than a majority of its servers could be read), said in one line on stderr.
+``--json`` prints the fields of ``LockInfo.as_dict()``, with stable keys, for scripts.
 """
 
 from __future__ import annotations
@@ -18,8 +19,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from redis.exceptions import RedisError
 
 from django_redis_lock import registry
+from django_redis_lock.exceptions import LockBackendError
+
+# The exit status when Redis (or a quorum's majority) could not be read.
+UNREACHABLE = 3
 
 
 def _positive(text: str) -> int:
@@ -56,14 +62,25 @@ class Command(BaseCommand):
         release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        getattr(self, f"_{options['action']}")(**options)
+        try:
+            getattr(self, f"_{options['action']}")(**options)
+        except (RedisError, LockBackendError) as exc:
+            # One line, like the admin page and the guards, not redis-py's traceback.
+            raise CommandError(
+                f"Redis could not be reached: {exc}", returncode=UNREACHABLE
+            ) from None
 
     def _list(
         self, *, match: str | None, limit: int | None, as_json: bool, **options: Any
     ) -> None:
-        locks = itertools.islice(registry.iter_locks(match=match), limit)
+        unreachable: list[str] = []
+        locks = list(
+            itertools.islice(registry.iter_locks(match=match, unreachable=unreachable), limit)
+        )
+        missing = registry.incomplete(unreachable)
         if as_json:
             self.stdout.write(_json([info.as_dict() for info in locks]))
+            self._unread(missing, unreachable)
             return
         rows = [
             (info.name, info.label or "", info.holder, _age(info),
@@ -76,10 +93,21 @@ class Command(BaseCommand):
         for row in [header, *rows]:
             cells = (str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
             self.stdout.write("  ".join(cells).rstrip())
-        if not rows:
+        if not rows and missing is None:
             self.stderr.write("No locks are held.")
         for warning in registry.eviction_warnings():
             self.stderr.write(f"Warning: {warning}")
+        self._unread(missing, unreachable)
+
+    def _unread(self, missing: str | None, unreachable: list[str]) -> None:
+        """Say which servers of a quorum could not be read; fail when that may hide locks."""
+        if missing is not None:
+            raise CommandError(f"The list may be incomplete: {missing}", returncode=UNREACHABLE)
+        if unreachable:
+            self.stderr.write(
+                "Warning: not read (a majority was, so no lock is missing): "
+                + "; ".join(unreachable)
+            )
 
     def _show(self, *, name: str, as_json: bool, **options: Any) -> None:
         info = self._held(name)
