@@ -17,6 +17,7 @@ from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 
 from .exceptions import LockNotAcquired
+from .hints import hinted
 from .locks import Lock
 
 __all__ = ["get_or_set_locked"]
@@ -24,6 +25,7 @@ __all__ = ["get_or_set_locked"]
 _MISSING = object()
 
 
+@hinted
 def get_or_set_locked(
     key: str,
     default: Callable[[], Any],

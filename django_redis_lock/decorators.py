@@ -29,7 +29,8 @@ from django.template.response import SimpleTemplateResponse
 from . import durations, replays, submissions
 from .conf import lock_settings
 from .exceptions import LockBackendError, LockError, LockLost, LockNotOwned
-from .locks import Claim, Lock
+from .hints import check_names, hinted
+from .locks import LOCK_OPTIONS, Claim, Lock
 
 __all__ = ["lock", "locked_method", "prevent_double_submit"]
 
@@ -65,6 +66,7 @@ def lock(name: str | Callable[..., str], **options: Any) -> Callable[[F], F]:
     ``options`` are those of :class:`Lock` (``timeout``, ``wait``, ``label``, ...); they are
     checked when the decorator is applied, not at the first call.
     """
+    check_names(options, "@lock()", takes=LOCK_OPTIONS)
     Lock("validate-options", **options)  # bad options fail at import time, not at run time
 
     def decorator(func: F) -> F:
@@ -100,6 +102,7 @@ def locked_method(
     ``transaction.atomic`` the lock is kept until the transaction commits (or rolls back).
     Raises ``LockNotAcquired`` when the lock cannot be had within ``wait``.
     """
+    check_names(options, "@locked_method()", takes=LOCK_OPTIONS)
     Lock("validate-options", **options)
 
     def decorator(method: F) -> F:
@@ -289,6 +292,7 @@ def _duplicate_view() -> Callable[..., Any]:
     return lock_settings.DUPLICATE_SUBMISSION_VIEW or duplicate_submission
 
 
+@hinted
 def prevent_double_submit(
     key: str | Callable[[HttpRequest], str | None] = "user_or_ip",
     *,

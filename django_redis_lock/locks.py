@@ -36,11 +36,12 @@ from .connection import async_lock_client
 from .core import flows
 from .core.requests import Command
 from .exceptions import LockBackendError, LockNotOwned
+from .hints import check_names, keyword_names
 from .holding import Holding
 from .holds import Hold, current_owner
 from .quorum import members as checked_quorum
 
-__all__ = ["Claim", "Lock"]
+__all__ = ["LOCK_OPTIONS", "Claim", "Lock"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -58,6 +59,11 @@ class Lock(Holding):
     name of one in ``DJANGO_REDIS_LOCK_QUORUMS``, or a list of cache aliases on independent
     servers (held while a majority holds it, see ``quorum/``).
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Lock:
+        # Before __init__'s own TypeError: say which of our options another library's is.
+        check_names(kwargs, "Lock()", takes=LOCK_OPTIONS)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -336,3 +342,7 @@ class Lock(Holding):
                 pass
             except RedisError as exc:
                 raise self._release_failure(step, exc) from exc
+
+
+# The options Lock takes, which @lock(name, **options) and the others pass on to it.
+LOCK_OPTIONS = keyword_names(Lock.__init__) - {"name"}

@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 from django.db import router, transaction
 
 from .exceptions import LockBackendError, LockNotOwned
-from .locks import Lock
+from .hints import check_names
+from .locks import LOCK_OPTIONS, Lock
 
 __all__ = ["LockableModelMixin", "PreventDoubleSubmitMixin", "release_after_transaction"]
 
@@ -45,6 +46,7 @@ class LockableModelMixin:
 
     def lock(self, suffix: str | None = None, **options: Any) -> Lock:
         """A :class:`~django_redis_lock.Lock` for this row (re-entrant unless told otherwise)."""
+        check_names(options, "lock()", takes=LOCK_OPTIONS)
         options.setdefault("reentrant", True)
         options.setdefault("label", f"{type(self).__name__} {self.pk}")  # type: ignore[attr-defined]
         return Lock(self.get_lock_name(suffix), **options)

@@ -26,6 +26,7 @@ from asgiref.sync import iscoroutinefunction
 
 from . import durations
 from .exceptions import LockBackendError, LockNotOwned
+from .hints import check_names, keyword_names
 from .locks import Claim, Lock
 
 __all__ = ["run_once"]
@@ -37,6 +38,10 @@ _DONE = b"done"
 
 class run_once:  # lower case: it is used like a function (decorator, context manager)
     """At most once per ``key`` within ``ttl`` seconds; see the module docstring."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> run_once:
+        check_names(kwargs, "run_once()", takes=keyword_names(cls.__init__))
+        return super().__new__(cls)
 
     def __init__(
         self,
