@@ -11,7 +11,7 @@ process died (its lease ends, the next waiter takes over), a caller computes the
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
@@ -22,20 +22,21 @@ from .locks import Lock
 
 __all__ = ["get_or_set_locked"]
 
-_MISSING = object()
+_MISSING: Any = object()
+T = TypeVar("T")
 
 
 @hinted
 def get_or_set_locked(
     key: str,
-    default: Callable[[], Any],
+    default: Callable[[], T],
     timeout: Any = DEFAULT_TIMEOUT,
     *,
     version: int | None = None,
     cache_alias: str = DEFAULT_CACHE_ALIAS,
     wait: float | None = None,
     lock_timeout: float | None = None,
-) -> Any:
+) -> T:
     """``cache.get_or_set(key, default, timeout)``, with ``default()`` run by one caller at a time.
 
     ``default`` must be a callable. ``timeout`` and ``version`` are the cache's. ``wait`` is how
@@ -45,7 +46,8 @@ def get_or_set_locked(
     if not callable(default):
         raise TypeError("default must be a callable that computes the value.")
     cache = caches[cache_alias]
-    value = cache.get(key, _MISSING, version=version)
+    # What the cache holds under ``key`` is what an earlier default() computed: a T.
+    value: T = cache.get(key, _MISSING, version=version)
     if value is not _MISSING:
         return value
     lock = Lock(

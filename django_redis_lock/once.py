@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 from asgiref.sync import iscoroutinefunction
 
@@ -31,7 +31,8 @@ from .locks import Claim, Lock
 
 __all__ = ["run_once"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _DONE = b"done"
 
@@ -119,7 +120,17 @@ class run_once:  # lower case: it is used like a function (decorator, context ma
 
     # -- decorator ---------------------------------------------------------------------------
 
-    def __call__(self, func: F) -> F:
+    @overload
+    def __call__(
+        self, func: Callable[P, Coroutine[Any, Any, R]]
+    ) -> Callable[P, Coroutine[Any, Any, R | None]]: ...
+
+    @overload
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]: ...
+
+    def __call__(self, func: Callable[P, Any]) -> Callable[P, Any]:
+        """The decorated function runs once per key within ``ttl``; a duplicate call returns
+        None (its type says so: ``R | None``)."""
         from .decorators import name_maker
 
         make_key = name_maker(self.key, func)
@@ -132,15 +143,15 @@ class run_once:  # lower case: it is used like a function (decorator, context ma
         if iscoroutinefunction(func):
 
             @functools.wraps(func)
-            async def async_once(*args: Any, **kwargs: Any) -> Any:
+            async def async_once(*args: P.args, **kwargs: P.kwargs) -> Any:
                 async with for_call(*args, **kwargs) as first:
                     return await func(*args, **kwargs) if first else None
 
-            return async_once  # type: ignore[return-value]
+            return async_once
 
         @functools.wraps(func)
-        def once(*args: Any, **kwargs: Any) -> Any:
+        def once(*args: P.args, **kwargs: P.kwargs) -> Any:
             with for_call(*args, **kwargs) as first:
                 return func(*args, **kwargs) if first else None
 
-        return once  # type: ignore[return-value]
+        return once
