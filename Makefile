@@ -4,12 +4,13 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 PYTEST_ARGS ?=
+PORT   ?= 8000
 
 .DEFAULT_GOAL := help
 .PHONY: help demo test lint format tox bench clean
 
 help:
-	@echo "make demo   serve the example project on http://127.0.0.1:8000/ (embedded Redis unless REDIS_URL is set)"
+	@echo "make demo   serve the example project on http://127.0.0.1:$(PORT)/ (make demo PORT=8001; embedded Redis unless REDIS_URL is set)"
 	@echo "make test   run the whole test suite against private redis-server processes"
 	@echo "make lint   ruff and mypy"
 	@echo "make tox    the Python x Django matrix"
@@ -26,7 +27,7 @@ $(VENV)/.installed-%: setup.cfg pyproject.toml | $(BIN)/python
 	@touch $@
 
 demo: $(VENV)/.installed-embedded
-	$(BIN)/python example_project/demo.py
+	$(BIN)/python example_project/demo.py --addr 127.0.0.1:$(PORT)
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,33 @@ sys.path.insert(1, str(HERE.parent))
 
 def _manage(*args: str, env: dict[str, str], **popen: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, str(HERE / "manage.py"), *args], env=env, **popen)
+
+
+def _listening(addr: str, runserver: subprocess.Popen[bytes], timeout: float = 60) -> bool:
+    """Whether runserver accepts connections on ``addr`` (it prints its banner before it
+    binds the port): False when it exits first, or does not within ``timeout`` seconds."""
+    host, _, port = addr.rpartition(":")
+    deadline = time.monotonic() + timeout
+    while runserver.poll() is None and time.monotonic() < deadline:
+        try:
+            socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), 0.5).close()
+        except OSError:
+            time.sleep(0.1)
+        else:
+            return True
+    return False
+
+
+def _manage_command(options: argparse.Namespace, user_redis_url: str | None) -> str:
+    """``manage.py`` as another terminal runs it to reach this demo: this Python (the venv's),
+    and where the demo's Redis is, when settings.py would not find it by itself."""
+    python = os.path.relpath(sys.executable)
+    manage = os.path.relpath(HERE / "manage.py")
+    if user_redis_url is not None:  # perhaps given on make's command line only
+        return f"REDIS_URL={user_redis_url} {python} {manage}"
+    if Path(options.redis_dir).resolve() != (HERE / ".redis").resolve():
+        return f"DEMO_REDIS_DIR={options.redis_dir} {python} {manage}"
+    return f"{python} {manage}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = dict(os.environ)
     server = runserver = None
+    url_file = Path(options.redis_dir) / "url"
     try:
         if env.get("REDIS_URL"):
             print(f"demo: using REDIS_URL={env['REDIS_URL']}")
@@ -60,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             env["REDIS_URL"] = server.url
             env["DEMO_EMBEDDED_REDIS"] = server.binary
+            url_file.write_text(server.url)  # for manage.py in another terminal (settings.py)
             print(
                 f"demo: embedded redis-server {server.binary} on {server.url} (pid {server.pid})"
             )
@@ -68,16 +99,19 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if _manage("ensure_demo_superuser", env=env).wait() != 0:
             return 1
-        stops = "the site and its Redis" if server is not None else "the site"
-        print(f"demo: serving http://{options.addr}/  (Ctrl-C stops {stops})")
-        print(f"demo: admin at http://{options.addr}/admin/ (user demo, password demo)")
-        python = os.path.relpath(sys.executable)
-        manage = f"REDIS_URL={env['REDIS_URL']} {python} example_project/manage.py"
-        print(f"demo: in another terminal, try:  {manage} buy_last_items")
-        print(f"demo:                           {manage} send_invoices   (twice, at once)")
         extra = ["--noreload"] if options.noreload else []
         # Its own session, so that we can stop the auto-reloader *and* its child together.
         runserver = _manage("runserver", options.addr, *extra, env=env, start_new_session=True)
+        if not _listening(options.addr, runserver):
+            if runserver.poll() is None:
+                print(f"demo: the site did not start listening on {options.addr}", file=sys.stderr)
+            return runserver.poll() or 1
+        stops = "the site and its Redis" if server is not None else "the site"
+        print(f"demo: serving http://{options.addr}/  (Ctrl-C stops {stops})")
+        print(f"demo: admin at http://{options.addr}/admin/ (user demo, password demo)")
+        manage = _manage_command(options, user_redis_url=None if server else env["REDIS_URL"])
+        print(f"demo: in another terminal, try:  {manage} buy_last_items")
+        print(f"demo:                           {manage} send_invoices   (twice, at once)")
         return runserver.wait()
     except KeyboardInterrupt:
         return 0
@@ -90,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 os.killpg(runserver.pid, signal.SIGKILL)
                 runserver.wait()
         if server is not None:
+            url_file.unlink(missing_ok=True)
             server.stop()
             print("demo: embedded redis-server stopped")
 

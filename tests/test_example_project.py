@@ -128,6 +128,36 @@ def test_demo_with_embedded_redis_serves_home_and_cleans_up(run_demo, stop_signa
     )
 
 
+def test_the_commands_the_demo_prints_work_verbatim(run_demo, tmp_path):
+    """What the demo says to run in another terminal runs there as printed (no REDIS_URL in
+    that terminal) and uses the demo's Redis: two send_invoices at once, one refused."""
+    demo = run_demo("--noreload")
+    redis_url = demo.wait_for_line(r"embedded redis-server \S+ on (\S+)").group(1)
+    manage = demo.wait_for_line(r"in another terminal, try:  (.+) buy_last_items").group(1)
+    terminal = {**demo_env(tmp_path), "PATH": os.environ["PATH"]}
+    root = EXAMPLE.parent
+    with subprocess.Popen(
+        f"{manage} send_invoices --seconds 20", shell=True, cwd=root, env=terminal,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    ) as first:  # fmt: skip
+        try:
+            line = first.stdout.readline()
+            assert "Sending invoices" in line, first.stderr.read()
+            again = re.search(r"run `(.+)` in another terminal", line).group(1)
+            server = redis.Redis.from_url(redis_url)
+            assert any(b"send_invoices" in key for key in server.scan_iter("demo:*"))
+            server.close()
+            second = subprocess.run(
+                f"{again} --seconds 0", shell=True, cwd=root, env=terminal,
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+        finally:
+            os.killpg(first.pid, signal.SIGTERM)
+            first.communicate(timeout=30)
+    assert second.returncode == 75, second.stderr
+    assert "Not running: another instance holds the lock" in second.stderr
+
+
 def test_demo_uses_redis_url_when_given(run_demo, redis_url):
     demo = run_demo("--noreload", REDIS_URL=redis_url)
     demo.wait_for_line(r"using REDIS_URL=")
@@ -181,6 +211,7 @@ def test_buying_the_last_items_from_several_processes_oversells_nothing(migrated
     assert result.returncode == 0, result.stderr
     assert "left: 0, orders: 12" in result.stdout
     assert "oversold: 0" in result.stdout
+    assert re.search(r"\d+ of the 16 purchase attempts waited", result.stdout)
 
 
 def test_send_invoices_runs_once_at_a_time(migrated, redis_url):

@@ -1,11 +1,14 @@
 """Settings of the django-redis-lock example project. A demo: not for production.
 
 Redis comes from ``REDIS_URL``; ``make demo`` (``demo.py``) sets it to an embedded, private
-redis-server when you have not set it yourself.
+redis-server when you have not set it yourself, and leaves that server's URL in
+``.redis/url`` while it runs, where ``manage.py`` in another terminal finds it.
 """
 
 import os
 from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -59,7 +62,26 @@ DATABASES = {
     }
 }
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+def _demo_redis_url() -> str | None:
+    """The URL of the Redis ``make demo`` started, which it writes beside that server's files
+    while it runs: so that ``manage.py`` commands in another terminal use the demo's Redis, not
+    whatever listens on 6379."""
+    directory = Path(os.environ.get("DEMO_REDIS_DIR", BASE_DIR / ".redis"))
+    try:
+        return (directory / "url").read_text().strip() or None
+    except OSError:
+        return None
+
+
+REDIS_URL = os.environ.get("REDIS_URL") or _demo_redis_url()
+if not REDIS_URL:
+    # Not a silent fallback to redis://127.0.0.1:6379: that may be a Redis of yours, and the
+    # demo's keys do not belong there.
+    raise ImproperlyConfigured(
+        "The example project needs a Redis: run `make demo` (its Redis is found while it runs), "
+        "or set REDIS_URL=redis://host:port/db."
+    )
 
 # The locks use this cache's Redis connection (DJANGO_REDIS_LOCK_CACHE_ALIAS = "default").
 CACHES = {
