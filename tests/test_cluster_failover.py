@@ -71,8 +71,8 @@ def wait_until(predicate: Callable[[], T], timeout: float = 15.0, what: str = "c
 
 
 class KnownBug(Exception):
-    """Raised by an ``xfail`` test when it sees exactly the misbehaviour its reason describes
-    (``raises=KnownBug``), so that any other failure of that test still counts as one."""
+    """Raised by a test when it sees exactly the misbehaviour it guards against (a bug these
+    tests once found), so that the report names it rather than a bare assertion."""
 
 
 def known_bug(error: Exception, *signs: str) -> Exception:
