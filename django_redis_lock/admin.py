@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 from . import registry
 from .conf import lock_settings
 from .exceptions import LockBackendError
+from .keys import lock_keys
 from .models import HeldLock
 
 RELEASE_PERMISSION = "django_redis_lock.release_lock"
@@ -108,7 +109,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 f"hold. Unreachable: {'; '.join(unreachable)}",
                 messages.WARNING,
             )
-        rows = [(info, _age(info)) for info in items]
+        # By name: SCAN returns keys in no particular order, which may differ between reloads.
+        rows = [(info, _age(info)) for info in sorted(items, key=lambda info: info.name)]
         context = self._context(
             request,
             "Locks held now",
@@ -127,9 +129,16 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             raise PermissionDenied
         name = request.GET.get("name", "")
         info, error = self._read(name) if name else (None, None)
+        waiting = None
+        if info is not None:
+            try:
+                waiting = registry.waiting(info.name)
+            except (RedisError, LockBackendError):
+                waiting = None  # shown as unknown; the rest was read
+        keys = lock_keys(info.name, lock_settings.CACHE_ALIAS) if info is not None else None
         context = self._context(
             request, name or "Lock", info=info, name=name, age=_age(info) if info else None,
-            error=error,
+            error=error, waiting=waiting, keys=keys,
         )  # fmt: skip
         return TemplateResponse(request, _TEMPLATES + "detail.html", context)
 

@@ -43,6 +43,7 @@ __all__ = [
     "iter_locks",
     "page",
     "scan_page",
+    "waiting",
 ]
 
 logger = logging.getLogger("django_redis_lock")
@@ -347,6 +348,16 @@ def get_lock(name: str, *, using: str | None = None) -> LockInfo | None:
     """The live lock ``name``, or None when nobody holds it."""
     alias = using or lock_settings.CACHE_ALIAS
     return _lookup(lock_client(alias), lock_keys(name, alias).lease)
+
+
+def waiting(name: str, *, using: str | None = None) -> int:
+    """How many are queued for the lock ``name`` now (0 in quorum mode: it has no queue)."""
+    alias = using or lock_settings.CACHE_ALIAS
+    client = lock_client(alias)
+    if isinstance(client, QuorumClient):
+        return 0
+    queue = lock_keys(name, alias).queue
+    return int(execute(_client_for_key(client, queue), "LLEN", queue))
 
 
 def force_release(

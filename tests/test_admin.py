@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import re
+import threading
+
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from django_redis_lock import Lock, LockNotOwned
+from django_redis_lock import Lock, LockNotOwned, registry
+from tests.helpers import wait_until
 
 CHANGELIST = "/admin/django_redis_lock/heldlock/"
 RELEASE = CHANGELIST + "release/"
@@ -90,13 +95,43 @@ def test_label_is_escaped(viewer):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
-def test_detail_shows_the_owner_record(viewer):
-    with Lock("detailed", timeout=30, label="why", fencing=True) as held:
+def test_detail_is_readable(viewer):
+    """Who holds it, since when, when the lease ends, who waits, the fence and the keys, each
+    said in words (not the record's field names)."""
+    held = Lock("detailed", timeout=30, label="why", fencing=True)
+    held.acquire()
+    fence = held.fencing_token
+    waiter = Lock("detailed", wait=5)
+    waiting = threading.Thread(target=lambda: waiter.acquire() and waiter.release())
+    waiting.start()
+    try:
+        wait_until(lambda: registry.waiting("detailed") == 1, timeout=10)
         page = viewer.get(DETAIL, {"name": "detailed"}).content.decode()
-        fence = held.fencing_token
-    assert "fencing_token" in page
-    assert str(fence) in page
-    assert "why" in page
+    finally:
+        held.release()
+        waiting.join(10)
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page)).replace(" ,", ",")
+    assert "Label why" in text
+    assert f"process {os.getpid()}, thread MainThread" in text
+    assert re.search(r"Lease ends in \d+\.\d s, of a 30 s lease", text)
+    assert "Waiting for it 1 in line" in text
+    assert f"Fencing token {fence}" in text
+    assert "(the lease)" in text
+    assert "(the queue)" in text
+
+
+def test_the_list_is_in_a_stable_order(viewer):
+    names = ["m:b", "m:c", "m:a", "m:e", "m:d"]
+    locks = [Lock(name, timeout=30) for name in names]
+    for held in locks:
+        held.acquire()
+    try:
+        pages = {tuple(re.findall(r">(m:[a-e])<", viewer.get(CHANGELIST).content.decode()))
+                 for _ in range(3)}  # fmt: skip
+    finally:
+        for held in locks:
+            held.release()
+    assert pages == {tuple(sorted(names))}
 
 
 def test_release_needs_the_permission(viewer):

@@ -91,6 +91,15 @@ def test_operator_releases_a_stuck_lock_in_the_browser(open_locks_page, tmp_path
     page.screenshot(path=str(dark), full_page=True)
     page.emulate_media(color_scheme="light")
 
+    page.click("#result_list >> text=invoices:send")  # its detail page
+    page.wait_for_selector("#lock-detail")
+    assert page.is_visible("text=send_invoices (cron, web-2)")
+    assert page.is_visible("text=of a 300 s lease")
+    detail = tmp_path / "admin-lock-detail.png"
+    page.screenshot(path=str(detail), full_page=True)
+    page.go_back()
+    page.wait_for_selector("#result_list")
+
     row = page.locator("#result_list tr", has_text="invoices:send")
     row.locator("a.button", has_text="Release").click()
     page.wait_for_selector("text=Yes, release")
@@ -101,7 +110,7 @@ def test_operator_releases_a_stuck_lock_in_the_browser(open_locks_page, tmp_path
 
     assert not stuck.locked()
     assert all(other.owned() for other in others)
-    keep_screenshots(screenshot, dark)
+    keep_screenshots(screenshot, dark, detail)
 
 
 @pytest.mark.django_db(transaction=True)
