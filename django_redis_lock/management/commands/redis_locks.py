@@ -74,9 +74,8 @@ class Command(BaseCommand):
         self, *, match: str | None, limit: int | None, as_json: bool, **options: Any
     ) -> None:
         unreachable: list[str] = []
-        locks = list(
-            itertools.islice(registry.iter_locks(match=match, unreachable=unreachable), limit)
-        )
+        found = itertools.islice(registry.iter_locks(match=match, unreachable=unreachable), limit)
+        locks = sorted(found, key=lambda info: info.name)  # SCAN's own order is no order
         missing = registry.incomplete(unreachable)
         if as_json:
             self.stdout.write(_json([info.as_dict() for info in locks]))
