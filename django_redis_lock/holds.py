@@ -106,9 +106,12 @@ class HoldWatch:
         self._lock = weakref.ref(report_lost.__self__)
         self._report = report_lost.__func__
         self._owner = weakref.ref(owner)
-        # Named when first asked (rarely: most holds end long before their first renewal).
-        self._owner_name = ""
         self._owner_is_task = isinstance(owner, asyncio.Task)
+        # Its name now: the owner may be gone, and collected, by the time anyone asks (a
+        # finished task). Only the name: the sentence is made when asked, which is rare.
+        self._owner_name: str | None = (
+            owner.get_name() if isinstance(owner, asyncio.Task) else getattr(owner, "name", None)
+        )
 
     def lost(self, reason: str) -> None:
         lock = self._lock()
@@ -126,12 +129,12 @@ class HoldWatch:
             ended = owner.done()
         else:
             ended = isinstance(owner, threading.Thread) and not owner.is_alive()
-        if owner is not None and not self._owner_name:
-            kind, name = (
-                ("task", owner.get_name()) if self._owner_is_task else ("thread", owner.name)
-            )
-            self._owner_name = f"the {kind} {name!r}"
-        return f"{self._owner_name or 'its owner'}, which took it, has ended" if ended else None
+        if not ended:
+            return None
+        if self._owner_name is None:
+            return "its owner, which took it, has ended"
+        kind = "task" if self._owner_is_task else "thread"
+        return f"the {kind} {self._owner_name!r}, which took it, has ended"
 
 
 class ReentrantHolds:
