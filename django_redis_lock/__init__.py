@@ -24,7 +24,9 @@ from .signals import (
     lock_force_released,
     lock_lost,
     lock_released,
+    run_skipped,
 )
+from .single import single_instance
 from .submissions import ALL, UNSAFE, DuplicateSubmission
 
 __version__ = "0.1.0.dev0"
@@ -59,4 +61,6 @@ __all__ = [
     "locked_method",
     "prevent_double_submit",
     "run_once",
+    "run_skipped",
+    "single_instance",
 ]

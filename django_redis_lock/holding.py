@@ -51,6 +51,7 @@ class Holding:
     _auto_renew: bool | None
     _reentrant: bool
     _fencing: bool
+    _job_id: str | None
     _using: Any
     _resolved: Resolved | None
     _holds: weakref.WeakKeyDictionary[object, Hold]
@@ -166,7 +167,7 @@ class Holding:
         started = time.monotonic()
         plan = flows.AcquirePlan(
             keys=resolved.keys,
-            token=holds.new_token(),
+            token=holds.new_token() if self._job_id is None else holds.job_token(self._job_id),
             lease_ms=durations.milliseconds(resolved.lease),
             record=self._owner_record(owner, resolved.lease),
             max_wait=resolved.wait if wait is None else wait,

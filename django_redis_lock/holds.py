@@ -22,9 +22,13 @@ if TYPE_CHECKING:
     from .renewal import RenewedLease
 
 __all__ = [
+    "JOB_SEPARATOR",
     "Hold",
     "HoldWatch",
     "current_owner",
+    "job_id_checked",
+    "job_of",
+    "job_token",
     "new_token",
     "owner_description",
     "pid",
@@ -50,6 +54,35 @@ def new_token() -> str:
         chunk = bytes(_random[-12:])
         del _random[-12:]
     return base64.urlsafe_b64encode(chunk).decode()
+
+
+# A job id ends where the random part of its tokens begins.
+JOB_SEPARATOR = "~"
+
+
+def job_id_checked(job_id: object) -> str:
+    """``job_id`` if it can start a token (``TypeError`` / ``ValueError`` otherwise)."""
+    if not isinstance(job_id, str):
+        raise TypeError(
+            f"job_id must be a str (a task's or job's id), not {type(job_id).__name__}."
+        )
+    if not job_id or len(job_id) > 128 or any(c.isspace() or c == "|" for c in job_id):
+        raise ValueError(
+            f"job_id must be 1-128 characters with no whitespace and no '|', not {job_id!r}."
+        )
+    return job_id
+
+
+def job_token(job_id: str) -> str:
+    """An owner token for ``job_id``: the id, then random (another run of the same job, a
+    redelivered copy, must not pass for this one)."""
+    return f"{job_id}{JOB_SEPARATOR}{new_token()}"
+
+
+def job_of(token: str) -> str | None:
+    """The job id a token was made for (:func:`job_token`), or None."""
+    job_id, separator, _ = token.rpartition(JOB_SEPARATOR)
+    return job_id if separator else None
 
 
 def current_owner() -> object:

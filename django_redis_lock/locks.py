@@ -38,7 +38,7 @@ from .core.requests import Command
 from .exceptions import LockBackendError, LockNotOwned
 from .hints import check_names, keyword_names
 from .holding import Holding
-from .holds import Hold, current_owner
+from .holds import Hold, current_owner, job_id_checked
 from .quorum import members as checked_quorum
 
 __all__ = ["LOCK_OPTIONS", "Claim", "Lock"]
@@ -57,7 +57,10 @@ class Lock(Holding):
     ``fencing``: each acquisition gets a strictly increasing ``fencing_token``. ``label``: a
     description for people, shown in the admin. ``using``: the cache alias, or a quorum: the
     name of one in ``DJANGO_REDIS_LOCK_QUORUMS``, or a list of cache aliases on independent
-    servers (held while a majority holds it, see ``quorum/``).
+    servers (held while a majority holds it, see ``quorum/``). ``job_id``: the id of the job
+    the lock is held for (a Celery task's, an RQ job's): each acquisition's owner token starts
+    with it, so that another process (a worker's supervisor, after the job died) can release
+    exactly that job's hold with ``registry.release_job(name, job_id)``.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Lock:
@@ -76,6 +79,7 @@ class Lock(Holding):
         fencing: bool = False,
         label: str | None = None,
         using: str | Sequence[str] | None = None,
+        job_id: str | None = None,
     ) -> None:
         if not isinstance(name, str):
             raise TypeError(f"A lock name must be a str, not {type(name).__name__}.")
@@ -106,6 +110,7 @@ class Lock(Holding):
         self._reentrant = reentrant
         self._fencing = fencing
         self._label = label
+        self._job_id = None if job_id is None else job_id_checked(job_id)
         self._using = using
         self._resolved = None
         self._holds: weakref.WeakKeyDictionary[object, Hold] = weakref.WeakKeyDictionary()
@@ -130,7 +135,7 @@ class Lock(Holding):
         options: dict[str, Any] = {
             "timeout": self._timeout, "wait": self._wait, "auto_renew": self._auto_renew,
             "reentrant": self._reentrant, "fencing": self._fencing, "label": self._label,
-            "using": self._using,
+            "using": self._using, "job_id": self._job_id,
         }  # fmt: skip
         return (functools.partial(Lock, self._name, **options), ())
 

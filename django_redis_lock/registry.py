@@ -28,6 +28,7 @@ from .conf import lock_settings
 from .connection import lock_client
 from .core import flows
 from .core.lease import decode_lease
+from .holds import job_id_checked, job_of
 from .keys import lock_keys, name_in_key, namespace, readable_tag
 from .locks import Lock
 from .quorum import QuorumClient, QuorumUnavailable
@@ -42,6 +43,7 @@ __all__ = [
     "incomplete",
     "iter_locks",
     "page",
+    "release_job",
     "scan_page",
     "waiting",
 ]
@@ -86,6 +88,11 @@ class LockInfo:
         return self.ttl != math.inf
 
     @property
+    def job_id(self) -> str | None:
+        """The job it is held for (``Lock(..., job_id=...)``), or None."""
+        return job_of(self.token)
+
+    @property
     def holder(self) -> str:
         parts = [self.host or "?", str(self.pid or "?"), self.thread or "?"]
         if self.task:
@@ -106,6 +113,7 @@ class LockInfo:
             "lease": self.lease,
             "fencing_token": self.fencing_token,
             "token": self.token,
+            "job_id": self.job_id,
             "key": self.key,
             "valid": self.valid,
         }
@@ -387,6 +395,21 @@ def force_release(
         sender=Lock, name=name, token=token, owner=info.as_dict() if info else None, by=by
     )
     return True
+
+
+def release_job(
+    name: str, job_id: str, *, using: str | None = None, by: str | None = None
+) -> bool:
+    """Release the lock ``name`` if the job ``job_id`` holds it (``Lock(..., job_id=...)``):
+    for a worker's supervisor after the job died (a hard time limit, a killed worker, a revoke),
+    so that the next run need not wait for the lease to end. Nobody else's hold is touched.
+    Returns False when the job does not hold it (any more). As :func:`force_release`
+    otherwise: the next waiter gets it, ``lock_force_released`` is sent."""
+    job_id = job_id_checked(job_id)
+    info = get_lock(name, using=using)
+    if info is None or info.job_id != job_id:
+        return False
+    return force_release(name, info.token, using=using, by=by or f"the end of job {job_id}")
 
 
 def eviction_warnings(*, using: str | None = None) -> list[str]:

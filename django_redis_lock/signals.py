@@ -8,6 +8,9 @@ keyword arguments:
 ``lock_lost``            lock, name, label, held (seconds since acquired), reason (str): a lease
                          ended while its holder believed it held the lock
 ``lock_force_released``  name, token, owner (the record that was released), by (who asked)
+``run_skipped``          name, owner (the running one's record, or None): a ``@single_instance``
+                         run was skipped because another run held its lock (sent with
+                         ``sender=single_instance``)
 
 Receivers run in the thread that sends: ``lock_lost`` usually comes from the renewal thread.
 """
@@ -20,6 +23,7 @@ __all__ = [
     "lock_force_released",
     "lock_lost",
     "lock_released",
+    "run_skipped",
 ]
 
 lock_acquired = Signal()
@@ -27,3 +31,4 @@ lock_released = Signal()
 lock_contended = Signal()
 lock_lost = Signal()
 lock_force_released = Signal()
+run_skipped = Signal()

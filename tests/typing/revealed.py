@@ -8,6 +8,7 @@ from django_redis_lock import (
     lock,
     prevent_double_submit,
     run_once,
+    single_instance,
 )
 
 
@@ -34,10 +35,16 @@ async def main() -> None:
     reveal_type(await ajob())  # -> int | None
 
 
+@single_instance("sync:{n}")
+def sync(n: int) -> float:
+    return 1.0
+
+
 held = Lock("x")
 reveal_type(job(1))  # -> str | None
 reveal_type(run_import(1))  # -> bool
 reveal_type(get_or_set_locked("k", report))  # -> list[int]
 reveal_type(held.acquire())  # -> bool
+reveal_type(sync(1))  # -> float | None
 reveal_type(held.fencing_token)  # -> int | None
 reveal_type(prevent_double_submit())  # -> def [F <: def (*Any, **Any) -> Any] (F) -> F
