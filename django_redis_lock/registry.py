@@ -11,11 +11,8 @@ Only the lease keys (``...{tag}``) are listed, not their siblings (queue, wake-u
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, cast
 
 from redis.cluster import RedisCluster
@@ -27,11 +24,11 @@ from .commands import execute, execute_many, node_client
 from .conf import lock_settings
 from .connection import lock_client
 from .core import flows
-from .core.lease import decode_lease
-from .holds import job_id_checked, job_of
-from .keys import lock_keys, name_in_key, namespace, readable_tag
+from .holds import job_id_checked
+from .keys import lock_keys, namespace, readable_tag
 from .locks import Lock
 from .quorum import QuorumClient, QuorumUnavailable
+from .records import LockInfo, lock_info, seconds_left, text
 from .signals import lock_force_released
 
 __all__ = [
@@ -59,96 +56,6 @@ def glob_escape(text: str) -> str:
     return _GLOB_SPECIAL.sub(r"\\\1", text)
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-@dataclass(frozen=True)
-class LockInfo:
-    """One held lock, as its record says (``valid`` is False when the record is unreadable)."""
-
-    key: str
-    name: str
-    token: str
-    ttl: float  # seconds left on the lease; math.inf for a key without an expiry
-    label: str | None = None
-    host: str | None = None
-    pid: int | None = None
-    thread: str | None = None
-    task: str | None = None
-    acquired_at: datetime | None = None  # by the taker's clock (the server's, when handed over)
-    lease: float | None = None
-    fencing_token: int | None = None
-    valid: bool = True
-    raw: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def expires(self) -> bool:
-        """False for a key without an expiry: it never frees (our scripts never leave one)."""
-        return self.ttl != math.inf
-
-    @property
-    def job_id(self) -> str | None:
-        """The job it is held for (``Lock(..., job_id=...)``), or None."""
-        return job_of(self.token)
-
-    @property
-    def holder(self) -> str:
-        parts = [self.host or "?", str(self.pid or "?"), self.thread or "?"]
-        if self.task:
-            parts.append(self.task)
-        return "/".join(parts)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready, with stable keys (the CLI's ``--json``)."""
-        return {
-            "name": self.name,
-            "label": self.label,
-            "host": self.host,
-            "pid": self.pid,
-            "thread": self.thread,
-            "task": self.task,
-            "acquired_at": self.acquired_at.isoformat() if self.acquired_at else None,
-            "ttl": round(self.ttl, 3) if self.expires else None,  # None: it never expires
-            "lease": self.lease,
-            "fencing_token": self.fencing_token,
-            "token": self.token,
-            "job_id": self.job_id,
-            "key": self.key,
-            "valid": self.valid,
-        }
-
-
-def _seconds_left(pttl: int) -> float:
-    return math.inf if pttl == -1 else pttl / 1000
-
-
-def _info(key: str, value: Any, pttl: int) -> LockInfo:
-    try:
-        lease = decode_lease(value)
-    except ValueError:
-        return LockInfo(
-            key=key, name=key, token="", ttl=_seconds_left(pttl), valid=False,
-            raw={"value": _text(value)},
-        )  # fmt: skip
-    owner = lease.owner
-    return LockInfo(
-        key=key,
-        name=owner.name or name_in_key(key) or key,
-        token=lease.token,
-        ttl=_seconds_left(pttl),
-        label=owner.label,
-        host=owner.host,
-        pid=owner.pid,
-        thread=owner.thread,
-        task=owner.task,
-        acquired_at=lease.acquired_at,
-        lease=owner.lease,
-        fencing_token=lease.fence or None,
-        raw={"value": _text(value)},
-    )
-
-
 def _read(client: Any, keys: list[str]) -> Iterator[LockInfo]:
     """Leases and TTLs of ``keys``, in one round trip."""
     if not keys:
@@ -162,11 +69,11 @@ def _read(client: Any, keys: list[str]) -> Iterator[LockInfo]:
             raise pttl
         if isinstance(value, Exception):
             # Not a string: someone else's key in our namespace. Show it, do not crash.
-            yield LockInfo(key=key, name=key, token="", ttl=_seconds_left(int(pttl)), valid=False)
+            yield LockInfo(key=key, name=key, token="", ttl=seconds_left(int(pttl)), valid=False)
             continue
         if value is None or pttl == -2:  # expired between the SCAN and the read
             continue
-        yield _info(key, value, int(pttl))
+        yield lock_info(key, value, int(pttl))
 
 
 def _patterns(match: str | None, alias: str) -> list[str]:
@@ -304,7 +211,7 @@ def scan_page(
             count = min(count * 2, _MAX_SCAN_COUNT)
         position = int(position)
         scanned += len(keys)
-        fresh = [k for k in map(_text, keys) if k.endswith("}") and k not in seen]
+        fresh = [k for k in map(text, keys) if k.endswith("}") and k not in seen]
         seen.update(fresh)
         if quorum:
             fresh = _not_on(targets[:target_index], fresh)
@@ -430,7 +337,7 @@ def eviction_warnings(*, using: str | None = None) -> list[str]:
             continue
         if any(isinstance(reply, Exception) for reply in replies):
             continue
-        maxmemory, policy = (_text(_config_value(reply)) for reply in replies)
+        maxmemory, policy = (text(_config_value(reply)) for reply in replies)
         if maxmemory not in ("", "0") and policy not in ("", "noeviction"):
             kwargs = server.connection_pool.connection_kwargs
             where = f"{kwargs.get('host', kwargs.get('path', '?'))}:{kwargs.get('port', '')}"
