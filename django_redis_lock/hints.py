@@ -38,9 +38,10 @@ def check_names(given: Iterable[str], called: str, takes: Iterable[str] = ()) ->
     """Raise ``TypeError`` for a keyword in ``given`` that is another library's name for one of
     ours, or (when ``takes`` is given) that is not among ``takes`` at all, naming ``called``
     (what the caller wrote, e.g. ``"@lock()"``)."""
-    accepted = set(takes)
+    # Called on every Lock(): no copy of a frozenset, and nothing but a lookup per name given.
+    accepted = takes if isinstance(takes, frozenset) else frozenset(takes)
     for name in given:
-        if accepted and name in accepted:
+        if name in accepted:
             continue
         unexpected = f"{called} got an unexpected keyword argument {name!r}"
         if name in FAMILIAR:

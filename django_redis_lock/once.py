@@ -41,7 +41,7 @@ class run_once:  # lower case: it is used like a function (decorator, context ma
     """At most once per ``key`` within ``ttl`` seconds; see the module docstring."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> run_once:
-        check_names(kwargs, "run_once()", takes=keyword_names(cls.__init__))
+        check_names(kwargs, "run_once()", takes=_OPTIONS)
         return super().__new__(cls)
 
     def __init__(
@@ -155,3 +155,7 @@ class run_once:  # lower case: it is used like a function (decorator, context ma
                 return func(*args, **kwargs) if first else None
 
         return once
+
+
+# What run_once() takes (checked on every construction: one per decorated call).
+_OPTIONS = keyword_names(run_once.__init__)
