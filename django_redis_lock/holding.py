@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
-import socket
 import threading
 import time
 import weakref
@@ -24,9 +22,9 @@ from .commands import request_sent
 from .conf import lock_settings
 from .connection import LockAlias, quorum_members
 from .core import flows
-from .core.lease import OwnerRecord, held_by
+from .core.lease import held_by
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
-from .holds import Hold, HoldWatch, current_owner, owner_description, reentrant_holds
+from .holds import Hold, HoldWatch, current_owner, reentrant_holds
 from .keys import LockKeys, lock_keys, readable_tag
 from .renewal import RenewedLease, renewer
 
@@ -34,7 +32,6 @@ __all__ = ["Holding"]
 
 logger = logging.getLogger("django_redis_lock")
 
-_HOST = socket.gethostname()
 # How long after an acquisition had to wait the next one through the same object joins the
 # queue at once (one round trip saved per acquisition of a busy lock).
 _CONTENDED_MEMORY = 1.0
@@ -52,6 +49,7 @@ class Holding:
     _reentrant: bool
     _fencing: bool
     _job_id: str | None
+    _guard: str | None
     _using: Any
     _resolved: Resolved | None
     _holds: weakref.WeakKeyDictionary[object, Hold]
@@ -131,10 +129,8 @@ class Holding:
         cached = self._records.get(owner)
         if cached is not None and cached[0] == key:
             return cached[1]
-        described = owner_description(owner)
-        record = OwnerRecord(
-            lease=lease, pid=os.getpid(), host=_HOST, thread=described["thread"],
-            task=described.get("task"), label=self._label,
+        record = holds.owner_record(
+            owner, lease, label=self._label, guard=self._guard,
             name=None if readable_tag(self._name) else self._name,
         ).encode()  # fmt: skip
         self._records[owner] = (key, record)
@@ -176,6 +172,8 @@ class Holding:
             queues=not quorum,
             fencing=self._fencing,
             want_result=want_result,
+            job=self._job_id is not None,
+            takeover=() if self._job_id is None else holds.takeover_prefixes(self._job_id),
             report_holder=reports.contention_observed,
             on_contended=self._contended,
             retry_soon=Backend.retry_soon,
@@ -356,6 +354,13 @@ class Holding:
         hold.lease, hold.lease_ends_at = step.lease, step.started + step.lease
         if hold.renewal is not None:
             hold.renewal.confirmed(step.started, step.lease)
+
+    def _let_go(self, owner: object, hold: Hold) -> None:
+        """``owner`` no longer holds ``hold`` here, while its lease lives on (``detach``)."""
+        with self._state:
+            hold.count = 0
+        self._forget(owner, self._resolve().keys, hold)
+        logger.debug("Detached from lock %r: its lease runs on", self._name)
 
     def _forget(self, owner: object, keys: LockKeys, hold: Hold) -> None:
         if hold.renewal is not None:

@@ -13,27 +13,40 @@ import asyncio
 import base64
 import os
 import secrets
+import socket
 import threading
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .core.lease import OwnerRecord
+
 if TYPE_CHECKING:
     from .renewal import RenewedLease
 
 __all__ = [
+    "HOST",
     "JOB_SEPARATOR",
+    "PENDING_JOB",
+    "RESERVED",
     "Hold",
     "HoldWatch",
     "current_owner",
+    "is_reservation",
     "job_id_checked",
     "job_of",
     "job_token",
     "new_token",
     "owner_description",
+    "owner_record",
     "pid",
     "reentrant_holds",
+    "reservation_token",
+    "takeover_prefixes",
 ]
+
+#: This machine's name, as owner records give it.
+HOST = socket.gethostname()
 
 #: This process' pid, kept up to date across fork() rather than asked of the kernel on every
 #: acquire and release: a hold whose ``pid`` differs is a forked child's copy of its parent's.
@@ -56,8 +69,15 @@ def new_token() -> str:
     return base64.urlsafe_b64encode(chunk).decode()
 
 
-# A job id ends where the random part of its tokens begins.
+# A job id ends where the rest of its tokens begins: the random part of a hold's, or RESERVED.
 JOB_SEPARATOR = "~"
+# The token of a job's reservation is "<job id>~queued": one per job, known to every process
+# that knows the job's id (a reservation is taken when the job is queued, by the process that
+# queues it, and taken over by the process that runs it; see jobs.py).
+RESERVED = "queued"
+# The job id of a reservation made before its job's id is known (django.tasks backends name
+# a task when they queue it): "pending.<random>", renamed once the id is known.
+PENDING_JOB = "pending."
 
 
 def job_id_checked(job_id: object) -> str:
@@ -66,9 +86,14 @@ def job_id_checked(job_id: object) -> str:
         raise TypeError(
             f"job_id must be a str (a task's or job's id), not {type(job_id).__name__}."
         )
-    if not job_id or len(job_id) > 128 or any(c.isspace() or c == "|" for c in job_id):
+    if (
+        not job_id
+        or len(job_id) > 128
+        or any(c.isspace() or c in "|~" for c in job_id)
+    ):
         raise ValueError(
-            f"job_id must be 1-128 characters with no whitespace and no '|', not {job_id!r}."
+            "job_id must be 1-128 characters with no whitespace, '|' or '~', not "
+            f"{job_id!r}."
         )
     return job_id
 
@@ -79,10 +104,28 @@ def job_token(job_id: str) -> str:
     return f"{job_id}{JOB_SEPARATOR}{new_token()}"
 
 
+def reservation_token(job_id: str) -> str:
+    """The token of ``job_id``'s reservation (the same in every process)."""
+    return f"{job_id}{JOB_SEPARATOR}{RESERVED}"
+
+
 def job_of(token: str) -> str | None:
-    """The job id a token was made for (:func:`job_token`), or None."""
-    job_id, separator, _ = token.rpartition(JOB_SEPARATOR)
+    """The job id a token was made for (:func:`job_token`, :func:`reservation_token`), or
+    None."""
+    job_id, separator, _ = token.partition(JOB_SEPARATOR)
     return job_id if separator else None
+
+
+def is_reservation(token: str) -> bool:
+    """Whether ``token`` is a job's reservation (it waits in a queue) rather than a hold."""
+    return token.endswith(JOB_SEPARATOR + RESERVED)
+
+
+def takeover_prefixes(job_id: str) -> tuple[str, ...]:
+    """The lease values a hold for ``job_id`` takes over as if the lock were free: the job's
+    own reservation, and a pending one (made for a job whose id was not known yet, which can
+    only be the job that runs now: a key has one reservation at a time)."""
+    return (reservation_token(job_id) + "|", PENDING_JOB)
 
 
 def current_owner() -> object:
@@ -100,6 +143,18 @@ def owner_description(owner: object) -> dict[str, str]:
         return {"thread": threading.current_thread().name, "task": owner.get_name()}
     name = getattr(owner, "name", None)  # not getattr(..., str(owner)): repr() is costly
     return {"thread": name if name is not None else str(owner)}
+
+
+def owner_record(
+    owner: object, lease: float, *, label: str | None, name: str | None, guard: str | None
+) -> OwnerRecord:
+    """The owner record of an acquisition by ``owner`` in this process (``name``: the
+    readable name, when the key holds only a hash of it)."""
+    described = owner_description(owner)
+    return OwnerRecord(
+        lease=lease, pid=os.getpid(), host=HOST, thread=described["thread"],
+        task=described.get("task"), label=label, name=name, guard=guard,
+    )  # fmt: skip
 
 
 @dataclass(eq=False, slots=True)

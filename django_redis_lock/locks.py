@@ -60,7 +60,10 @@ class Lock(Holding):
     servers (held while a majority holds it, see ``quorum/``). ``job_id``: the id of the job
     the lock is held for (a Celery task's, an RQ job's): each acquisition's owner token starts
     with it, so that another process (a worker's supervisor, after the job died) can release
-    exactly that job's hold with ``registry.release_job(name, job_id)``.
+    exactly that job's hold with ``registry.release_job(name, job_id)``; and an acquisition
+    takes over the job's reservation (``jobs.reserve``, made when the job was queued) as if
+    the lock were free. ``guard``: what kind of guard holds the lock (the task guards write
+    their mode, ``"until_executed"``...), shown in the admin and ``redis_locks``.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Lock:
@@ -80,6 +83,7 @@ class Lock(Holding):
         label: str | None = None,
         using: str | Sequence[str] | None = None,
         job_id: str | None = None,
+        guard: str | None = None,
     ) -> None:
         if not isinstance(name, str):
             raise TypeError(f"A lock name must be a str, not {type(name).__name__}.")
@@ -94,8 +98,9 @@ class Lock(Holding):
                 raise TypeError(f"{flag} must be True or False, not {value!r}.")
         if auto_renew is not None and not isinstance(auto_renew, bool):
             raise TypeError(f"auto_renew must be True, False or None, not {auto_renew!r}.")
-        if label is not None and not isinstance(label, str):
-            raise TypeError(f"label must be a str, not {type(label).__name__}.")
+        for text, value in (("label", label), ("guard", guard)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{text} must be a str, not {type(value).__name__}.")
         if isinstance(using, list | tuple):
             using = checked_quorum(using)
         elif using is not None and (not isinstance(using, str) or not using):
@@ -111,6 +116,7 @@ class Lock(Holding):
         self._fencing = fencing
         self._label = label
         self._job_id = None if job_id is None else job_id_checked(job_id)
+        self._guard = guard or None
         self._using = using
         self._resolved = None
         self._holds: weakref.WeakKeyDictionary[object, Hold] = weakref.WeakKeyDictionary()
@@ -135,7 +141,7 @@ class Lock(Holding):
         options: dict[str, Any] = {
             "timeout": self._timeout, "wait": self._wait, "auto_renew": self._auto_renew,
             "reentrant": self._reentrant, "fencing": self._fencing, "label": self._label,
-            "using": self._using, "job_id": self._job_id,
+            "using": self._using, "job_id": self._job_id, "guard": self._guard,
         }  # fmt: skip
         return (functools.partial(Lock, self._name, **options), ())
 
@@ -210,6 +216,17 @@ class Lock(Holding):
         except (RedisError, flows.Unconfirmed) as exc:
             raise self._backend_error("extend", exc) from exc
         self._extended(step, extended)
+
+    def detach(self) -> str:
+        """Stop holding the lock in this thread/task without releasing it, and return the
+        lease's token: the lease runs on, no longer renewed, until it ends or another process
+        takes it over (a job's next run, after ``jobs.reserve`` made it the job's reservation
+        again; ``registry.force_release``). All levels of a re-entrant hold are given up. No
+        round trip. Raises ``LockNotOwned`` when this thread/task does not hold it."""
+        owner = current_owner()
+        hold = self._held_or_raise(owner)
+        self._let_go(owner, hold)
+        return hold.token
 
     def locked(self) -> bool:
         """Whether anyone holds the lock right now."""

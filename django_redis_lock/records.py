@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from .core.lease import decode_lease
-from .holds import job_of
+from .holds import is_reservation, job_of
 from .keys import name_in_key
 
 __all__ = ["LockInfo", "lock_info", "seconds_left", "text"]
@@ -36,6 +36,7 @@ class LockInfo:
     acquired_at: datetime | None = None  # by the taker's clock (the server's, when handed over)
     lease: float | None = None
     fencing_token: int | None = None
+    guard: str | None = None  # the task guard's mode, when one holds it
     valid: bool = True
     raw: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -48,6 +49,12 @@ class LockInfo:
     def job_id(self) -> str | None:
         """The job it is held for (``Lock(..., job_id=...)``), or None."""
         return job_of(self.token)
+
+    @property
+    def queued(self) -> bool:
+        """Whether it is a job's reservation (the job waits in a queue, ``jobs.py``) rather
+        than a hold of a running process."""
+        return is_reservation(self.token)
 
     @property
     def holder(self) -> str:
@@ -71,6 +78,8 @@ class LockInfo:
             "fencing_token": self.fencing_token,
             "token": self.token,
             "job_id": self.job_id,
+            "queued": self.queued,
+            "guard": self.guard,
             "key": self.key,
             "valid": self.valid,
         }
@@ -104,5 +113,6 @@ def lock_info(key: str, value: Any, pttl: int) -> LockInfo:
         acquired_at=lease.acquired_at,
         lease=owner.lease,
         fencing_token=lease.fence or None,
+        guard=owner.guard,
         raw={"value": text(value)},
     )

@@ -176,7 +176,7 @@ def test_cli_list_table_and_json():
         assert record["name"] == "cli:a"
         assert set(record) == {
             "name", "label", "host", "pid", "thread", "task", "acquired_at", "ttl", "lease",
-            "fencing_token", "token", "job_id", "key", "valid",
+            "fencing_token", "token", "job_id", "queued", "guard", "key", "valid",
         }  # fmt: skip
         out, _ = run("list", "--json", "--limit", "1")
         assert len(json.loads(out)) == 1

@@ -75,6 +75,10 @@ class AcquirePlan:
     queues: bool = True  # the backend has a queue to wait in (not quorum mode)
     fencing: bool = False
     want_result: bool = False  # answer with the guarded work's result when it is there
+    # The token is a job's (holds.job_token): a result answers only when it names the job.
+    job: bool = False
+    # Lease values (prefixes) taken over as if the lock were free: the job's reservation.
+    takeover: tuple[str, ...] = ()
     report_holder: Callable[[], bool] = lambda: False  # ask for the holder's record now?
     # The first time we must wait: called with the plan and the holder's lease value (or None).
     on_contended: Callable[[AcquirePlan, Any], None] = lambda plan, holder: None
@@ -123,7 +127,8 @@ def acquire(plan: AcquirePlan) -> Flow:
     :class:`Unconfirmed` when replicas did not confirm a grant (given back first)."""
     keys, token, clock = plan.keys, plan.token, plan.clock
     deadline = plan.started + plan.max_wait
-    if plan.first == "set":
+    first = "take" if plan.takeover and plan.first == "set" else plan.first  # SET takes none
+    if first == "set":
         sent_at = clock()
         value = f"{token}|{_epoch_ms()}|0|{plan.record}"
         reply = yield Command(
@@ -139,11 +144,17 @@ def acquire(plan: AcquirePlan) -> Flow:
                 if isinstance(answer, BaseException):
                     raise answer
             return NotAcquired(holder, int(pttl))
-    if plan.first == "take" or not plan.queues:
+    if first == "take" or not plan.queues:
         outcome = yield from _poll(plan)
         if not isinstance(outcome, Waiting):
             return outcome
     return (yield from _wait_in_line(plan))
+
+
+def _flags(plan: AcquirePlan) -> str:
+    """take.lua's and join.lua's flags for ``plan``: fencing, and which result answers it."""
+    wanted = ("j" if plan.job else "d") if plan.want_result else ""
+    return ("f" if plan.fencing else "") + wanted
 
 
 def _epoch_ms() -> int:
@@ -160,7 +171,7 @@ def _poll(plan: AcquirePlan) -> Flow:
     again after a short random delay until the wait is over."""
     keys, clock = plan.keys, plan.clock
     deadline = plan.started + plan.max_wait
-    flags = ("f" if plan.fencing else "") + ("d" if plan.want_result else "")
+    flags = _flags(plan)
     # One key unless the result is wanted: on a Redis Cluster slot being moved, a script with
     # several keys waits for the move to end (TRYAGAIN) unless all are on one side.
     taking = (keys.lease, keys.result) if plan.want_result else (keys.lease,)
@@ -169,7 +180,7 @@ def _poll(plan: AcquirePlan) -> Flow:
     while True:
         sent_at = clock()
         reply = yield Eval(
-            "take", taking, (plan.token, plan.lease_ms, plan.record, flags),
+            "take", taking, (plan.token, plan.lease_ms, plan.record, flags, *plan.takeover),
             reply_timeout=_budget(deadline - sent_at),
         )  # fmt: skip
         if int(reply[0]) == 1:
@@ -205,7 +216,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             sent_at = clock()
             remaining = deadline - sent_at
             mode = QUEUE if remaining > 0 else TAKE_OR_LEAVE
-            flags = ("f" if plan.fencing else "") + ("d" if plan.want_result else "")
+            flags = _flags(plan)
             if mode != QUEUE or (not contended and plan.report_holder()):
                 flags += "o"
             # Wake at the latest when the wait ends, or when the holder's lease does (it may
@@ -218,7 +229,8 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             liveness = (block if mode == QUEUE else 0.0) + LIVENESS_SLACK
             join = Eval(
                 "join", join_keys,
-                (token, plan.lease_ms, plan.record, mode, flags, int(liveness * 1000)),
+                (token, plan.lease_ms, plan.record, mode, flags, int(liveness * 1000),
+                 *plan.takeover),
                 reply_timeout=_budget(remaining),
                 give_back=give_back(keys, token),
             )  # fmt: skip

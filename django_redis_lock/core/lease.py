@@ -4,9 +4,12 @@ One string rather than a hash: a free lock is taken with a bare ``SET key value 
 held lock costs about 200 bytes of Redis memory (a hash with a JSON owner record cost 600).
 
 The owner record is positional, for people (the admin page, ``redis_locks``, the holder named
-in ``LockNotAcquired``): ``lease_ms|pid|host|thread|task|label|name``. Text fields have ``%`` and
+in ``LockNotAcquired``): ``lease_ms|pid|host|thread|task|label|name``, then ``|guard`` when a
+task guard holds the lock (what it guards: ``until_executed``...). Text fields have ``%`` and
 ``|`` escaped; an empty field is "none". ``name`` is only written when the lock's key holds a
-hash of its name (``keys.py``); otherwise the key shows it. ``since_ms`` is when the lease was
+hash of its name (``keys.py``); otherwise the key shows it. A reader ignores fields after those
+it knows (a newer version's), so a record can grow without a rolling deploy's older processes
+calling it unreadable. ``since_ms`` is when the lease was
 taken: by the taking client's clock for a bare ``SET``, the server's when a script wrote it.
 """
 
@@ -47,27 +50,29 @@ class OwnerRecord:
     task: str | None = None
     label: str | None = None
     name: str | None = None
+    guard: str | None = None
 
     def encode(self) -> str:
-        return "|".join(
-            (
-                str(max(1, round(self.lease * 1000))),
-                str(self.pid),
-                _escape(self.host),
-                _escape(self.thread),
-                _escape(self.task),
-                _escape(self.label),
-                _escape(self.name),
-            )
-        )
+        fields = [
+            str(max(1, round(self.lease * 1000))),
+            str(self.pid),
+            _escape(self.host),
+            _escape(self.thread),
+            _escape(self.task),
+            _escape(self.label),
+            _escape(self.name),
+        ]
+        if self.guard:  # absent otherwise: a plain lock's record stays as short as it was
+            fields.append(_escape(self.guard))
+        return "|".join(fields)
 
     @classmethod
     def decode(cls, text: str) -> OwnerRecord:
         """Raises ``ValueError`` for a record this module did not write."""
         fields = text.split("|")
-        if len(fields) != 7:
-            raise ValueError(f"an owner record has 7 fields, not {len(fields)}")
-        lease_ms, pid, host, thread, task, label, name = fields
+        if len(fields) < 7:
+            raise ValueError(f"an owner record has at least 7 fields, not {len(fields)}")
+        lease_ms, pid, host, thread, task, label, name = fields[:7]
         return cls(
             lease=int(lease_ms) / 1000,
             pid=int(pid),
@@ -76,6 +81,7 @@ class OwnerRecord:
             task=_unescape(task),
             label=_unescape(label),
             name=_unescape(name),
+            guard=_unescape(fields[7]) if len(fields) > 7 else None,
         )
 
 
@@ -106,6 +112,8 @@ class Lease:
         }
         if owner.task:
             described["task"] = owner.task
+        if owner.guard:
+            described["guard"] = owner.guard
         return described
 
 

@@ -15,12 +15,14 @@
 -- ARGV[5]  flags: 'f' give a fencing token; 'd' answer with the result (KEYS[5]) if there is
 --          one; 'o' return the holder's lease value when not acquired; 'b' the caller blocks on
 --          its wake-up list right after this (same round trip): unless we queue it, push '' there
---          so that the wait ends at once
+--          so that the wait ends at once; 'j' as 'd', but only a result naming our token's job
 -- ARGV[6]  how long the queue may count us alive without hearing from us, ms
+-- ARGV[7...] optional: prefixes of lease values we take over as if the lock were free (our
+--          job's reservation, holds.py)
 --
 -- Returns {1, fence, pttl_ms, wake-up message or ''} when we hold the lease (taken now, or
 -- handed to us by a release), {0, pttl_ms, holder's lease value or false} when not,
--- {2, result} with the 'd' flag when the guarded work is done already.
+-- {2, result} with the 'd' or 'j' flag when the guarded work is done already.
 local token, mode, flags = ARGV[1], tonumber(ARGV[4]), ARGV[5]
 local lease, liveness = duration(ARGV[2]), duration(ARGV[6])
 local holder = redis.call('GET', KEYS[1])
@@ -46,14 +48,15 @@ if mode == 3 then
   leave()
   return {0, 0, false}
 end
-if string.find(flags, 'd', 1, true) then
+if string.find(flags, 'd', 1, true) or string.find(flags, 'j', 1, true) then
   local result = redis.call('GET', KEYS[5])
-  if result then
+  if done(flags, result, token) then
     leave()
     unblock()
     return {2, result}
   end
 end
+if holder and taken_over(holder, 7) then holder = false end
 if not holder then
   leave()
   local now, micros = server_time()

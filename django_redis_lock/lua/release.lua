@@ -50,11 +50,12 @@ if head then
         local wanted = tonumber(string.sub(record, 1, string.find(record, '|', 1, true) - 1))
         local ms = math.min(duration(wanted), HANDOFF_MS)
         redis.call('SET', KEYS[1], head .. '|' .. now .. '|' .. fence .. '|' .. record, 'PX', ms)
-        local done = '0'
-        if string.find(flags, 'd', 1, true) and redis.call('EXISTS', KEYS[5]) == 1 then
-          done = '1'
+        local finished = '0'
+        if (string.find(flags, 'd', 1, true) or string.find(flags, 'j', 1, true))
+            and done(flags, redis.call('GET', KEYS[5]), head) then
+          finished = '1'
         end
-        local message = fence .. '|' .. ms .. '|' .. done .. '|' .. (redis.call('LINDEX', KEYS[2], 0) or '')
+        local message = fence .. '|' .. ms .. '|' .. finished .. '|' .. (redis.call('LINDEX', KEYS[2], 0) or '')
         if head ~= expected then return {2, head, message} end
         redis.call('RPUSH', KEYS[4], message)
         redis.call('PEXPIRE', KEYS[4], ms)

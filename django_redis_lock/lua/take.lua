@@ -4,22 +4,26 @@
 -- instead, with no script at all.
 --
 -- KEYS[1]  the lease
--- KEYS[2]  with the 'd' flag: the guarded work's result
+-- KEYS[2]  with the 'd' or 'j' flag: the guarded work's result
 -- ARGV[1]  our token
 -- ARGV[2]  lease length, ms
 -- ARGV[3]  our owner record (see lease.py)
--- ARGV[4]  flags: 'f' give a fencing token; 'd' answer with the result (KEYS[2]) if there is one
+-- ARGV[4]  flags: 'f' give a fencing token; 'd' answer with the result (KEYS[2]) if there is one;
+--          'j' answer with it if it is our job's id (a run of our job finished already)
+-- ARGV[5...] optional: prefixes of lease values we take over as if the lock were free (our
+--          job's reservation, holds.py)
 --
 -- Returns {1, fence, pttl_ms, ''} when we hold the lease (taken now, or ours already),
--- {0, pttl_ms, holder's lease value} when someone else holds it, {2, result} with the 'd' flag
--- when the guarded work is done already.
-local token = ARGV[1]
+-- {0, pttl_ms, holder's lease value} when someone else holds it, {2, result} with the 'd' or
+-- 'j' flag when the guarded work is done already.
+local token, flags = ARGV[1], ARGV[4]
 local lease = duration(ARGV[2])
-if string.find(ARGV[4], 'd', 1, true) then
+if string.find(flags, 'd', 1, true) or string.find(flags, 'j', 1, true) then
   local result = redis.call('GET', KEYS[2])
-  if result then return {2, result} end
+  if done(flags, result, token) then return {2, result} end
 end
 local holder = redis.call('GET', KEYS[1])
+if holder and taken_over(holder, 5) then holder = false end
 if holder then
   if string.sub(holder, 1, #token + 1) == token .. '|' then
     local _, _, fence = lease_fields(holder)
@@ -29,6 +33,6 @@ if holder then
 end
 local now, micros = server_time()
 local fence = '0'
-if string.find(ARGV[4], 'f', 1, true) then fence = string.format('%.0f', micros) end
+if string.find(flags, 'f', 1, true) then fence = string.format('%.0f', micros) end
 redis.call('SET', KEYS[1], token .. '|' .. now .. '|' .. fence .. '|' .. ARGV[3], 'PX', lease)
 return {1, fence, lease, ''}

@@ -1,0 +1,149 @@
+"""Reservations: a lock held for a job while it waits in a queue.
+
+A task guard takes the job's lock in the process that queues the job, and the process that
+runs it takes the lock over when the run starts (``Lock(name, job_id=...)`` does, as if the
+lock were free). In between no process holds it, so nobody renews it: a reservation has a fixed
+lease, as long as a job may wait in its queue, after which it ends by itself (a job lost with
+its queue does not keep the key for ever).
+
+Its token is ``<job id>~queued`` (``holds.reservation_token``), the same in every process that
+knows the job's id: the worker that runs the job, and the worker's supervisor, which cancels it
+when the job is revoked or expires before it runs.
+
+    reservation = reserve("task:sync:42", task_id, ttl=3600, label="sync_customer")
+    if not reservation.reserved:
+        reservation.holder.job_id       # the job that has it (queued or running)
+    cancel("task:sync:42", task_id)     # it left the queue without running
+
+A reservation made for a job that already has the key (queued, or running: a retry of the job
+published from inside its run, or by its supervisor after the run's process died) takes it over:
+the key is the job's until its next run takes it, with no gap for a duplicate.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from . import durations, holds, reports
+from .backends import Backend, async_backend_for, backend_of
+from .backends.drivers import arun, run
+from .conf import lock_settings
+from .connection import async_lock_client, quorum_members
+from .core import flows
+from .exceptions import LockBackendError
+from .holds import current_owner, job_id_checked, reservation_token
+from .keys import lock_keys, readable_tag
+from .records import LockInfo, lock_info
+
+__all__ = ["PENDING_JOB", "Reservation", "acancel", "cancel", "pending_job_id", "reserve"]
+
+PENDING_JOB = holds.PENDING_JOB
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What :func:`reserve` got: the key (``reserved``), or who has it (``holder``: the
+    record of their lease, None if it ended meanwhile)."""
+
+    reserved: bool
+    holder: LockInfo | None = None
+
+
+def pending_job_id() -> str:
+    """A job id to reserve under before the job's own id is known (``reserve(...,
+    replaces=)`` renames it once it is; a run takes a pending reservation over meanwhile)."""
+    return f"{PENDING_JOB}{holds.new_token().replace('-', '_')}"
+
+
+def reserve(
+    name: str,
+    job_id: str,
+    *,
+    ttl: float,
+    label: str | None = None,
+    guard: str | None = None,
+    using: str | None = None,
+    replaces: str | None = None,
+) -> Reservation:
+    """Take the lock ``name`` for the queued job ``job_id`` for ``ttl`` seconds, unless
+    another job has it; never waits. A lease of ``job_id`` itself, or of the job ``replaces``
+    (a pending reservation, now known to be this job's), is taken over. One round trip.
+    Raises ``LockBackendError`` when Redis cannot be reached."""
+    job_id = job_id_checked(job_id)
+    alias = using or lock_settings.CACHE_ALIAS
+    keys = lock_keys(name, alias)
+    lease = durations.seconds(ttl, "ttl")
+    takeover = (f"{job_id}{holds.JOB_SEPARATOR}",)
+    if replaces is not None:
+        takeover += (f"{job_id_checked(replaces)}{holds.JOB_SEPARATOR}",)
+    record = holds.owner_record(
+        current_owner(), lease, label=label, guard=guard,
+        name=None if readable_tag(name) else name,
+    ).encode()  # fmt: skip
+    replicas = 0 if quorum_members(alias) is not None else int(lock_settings.MIN_REPLICAS)
+    now = time.monotonic()
+    plan = flows.AcquirePlan(
+        keys=keys,
+        token=reservation_token(job_id),
+        lease_ms=durations.milliseconds(lease),
+        record=record,
+        max_wait=0,
+        clock=time.monotonic,
+        # join.lua when replicas must confirm (take.lua has no WAIT); it never queues us with
+        # no time left to wait.
+        first="join" if replicas else "take",
+        queues=quorum_members(alias) is None,
+        takeover=takeover,
+        retry_soon=Backend.retry_soon,
+        unreachable=Backend.unreachable,
+        replicas=replicas,
+        replica_timeout_ms=max(1, int(lock_settings.REPLICA_TIMEOUT * 1000)),
+        started=now,
+    )
+    try:
+        outcome = run(flows.acquire(plan), backend_of(alias))
+    except (RedisError, flows.Unconfirmed) as exc:
+        raise _backend_error(name, "reserve", exc) from exc
+    if isinstance(outcome, flows.Acquired):
+        return Reservation(True)
+    assert isinstance(outcome, flows.NotAcquired)
+    if outcome.holder is None:
+        return Reservation(False)
+    return Reservation(False, lock_info(keys.lease, outcome.holder, outcome.pttl))
+
+
+def cancel(name: str, job_id: str, *, using: str | None = None) -> bool:
+    """End ``job_id``'s reservation of ``name`` (the job left its queue: it started a run
+    that does not hold this key, or it was revoked); False when it had none (any more). A
+    waiter, if any, is handed the lock. One round trip."""
+    keys, alias = _reservation_keys(name, using)
+    try:
+        return run(_cancel_flow(keys, job_id), backend_of(alias)) == 0
+    except RedisError as exc:
+        raise _backend_error(name, "cancel the reservation of", exc) from exc
+
+
+async def acancel(name: str, job_id: str, *, using: str | None = None) -> bool:
+    """:func:`cancel` for asyncio."""
+    keys, alias = _reservation_keys(name, using)
+    backend = async_backend_for(async_lock_client(alias))
+    try:
+        return await arun(_cancel_flow(keys, job_id), backend) == 0
+    except RedisError as exc:
+        raise _backend_error(name, "cancel the reservation of", exc) from exc
+
+
+def _reservation_keys(name: str, using: str | None) -> tuple[flows.LockKeys, str]:
+    alias = using or lock_settings.CACHE_ALIAS
+    return lock_keys(name, alias), alias
+
+
+def _backend_error(name: str, action: str, exc: BaseException) -> LockBackendError:
+    return reports.backend_error(name, action, exc, lock_settings.REPLICA_TIMEOUT)
+
+
+def _cancel_flow(keys: flows.LockKeys, job_id: str) -> flows.Flow:
+    return flows.release(keys, reservation_token(job_id_checked(job_id)), "")
