@@ -155,6 +155,18 @@ SETTINGS: dict[str, Setting] = {
             "Named quorums: {name: [cache aliases of independent servers]}, usable as aliases.",
         ),
         Setting(
+            "TASK_QUEUED_TIMEOUT",
+            3600,
+            validators.seconds(wait=False),
+            "Longest a task guard keeps a key for a task that waits in its queue, in seconds.",
+        ),
+        Setting(
+            "TASK_DONE_TTL",
+            3600,
+            validators.seconds(wait=False),
+            "How long a finished guarded task's id is kept against its redelivered copies.",
+        ),
+        Setting(
             "CONNECTION_FACTORY",
             None,
             validators.optional_callable,
@@ -266,6 +278,14 @@ class LockSettings:
     @property
     def QUORUMS(self) -> dict[str, tuple[str, ...]]:
         return cast("dict[str, tuple[str, ...]]", self.get("QUORUMS"))
+
+    @property
+    def TASK_QUEUED_TIMEOUT(self) -> float:
+        return cast("float", self.get("TASK_QUEUED_TIMEOUT"))
+
+    @property
+    def TASK_DONE_TTL(self) -> float:
+        return cast("float", self.get("TASK_DONE_TTL"))
 
     @property
     def CONNECTION_FACTORY(self) -> Callable[[str], Any] | None:

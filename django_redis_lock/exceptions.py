@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 __all__ = [
+    "DuplicateTask",
     "LockBackendError",
     "LockError",
     "LockLost",
@@ -90,3 +91,39 @@ class LockBackendError(LockError):
 
     The original redis-py exception is chained as ``__cause__``.
     """
+
+
+class DuplicateTask(LockNotAcquired):
+    """A task guard found the same task (by its guard key) queued or running already.
+
+    ``task_id`` is that task's id (None when something other than a task guard holds the key),
+    ``queued`` whether it still waits in its queue (else it runs), and ``ttl`` how many seconds
+    its hold has left: a running task's is renewed while it runs, a queued one's ends when the
+    task starts or after the guard's ``guard_queued_timeout``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        task: str,
+        task_id: str | None,
+        queued: bool,
+        ttl: float | None = None,
+        owner: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.task = task
+        self.task_id = task_id
+        self.queued = queued
+        super().__init__(name, ttl=ttl, owner=owner)
+
+    def _describe(self, name: str) -> str:
+        state = "queued" if self.queued else "running"
+        message = f"Task {self.task} is {state} already"
+        if self.task_id is not None:
+            message += f" as {self.task_id}"
+        message += f" (guard key {name!r})"
+        if self.ttl is not None:
+            ends = "unless it starts" if self.queued else "unless renewed"
+            message += f"; its hold ends in {self.ttl:.3g}s {ends}"
+        return message

@@ -22,7 +22,7 @@ from .commands import request_sent
 from .conf import lock_settings
 from .connection import LockAlias, quorum_members
 from .core import flows
-from .core.lease import held_by
+from .core.lease import held_by, takeover_prefixes
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .holds import Hold, HoldWatch, current_owner, reentrant_holds
 from .keys import LockKeys, lock_keys, readable_tag
@@ -173,7 +173,7 @@ class Holding:
             fencing=self._fencing,
             want_result=want_result,
             job=self._job_id is not None,
-            takeover=() if self._job_id is None else holds.takeover_prefixes(self._job_id),
+            takeover=() if self._job_id is None else takeover_prefixes(self._job_id),
             report_holder=reports.contention_observed,
             on_contended=self._contended,
             retry_soon=Backend.retry_soon,

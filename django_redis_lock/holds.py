@@ -19,30 +19,22 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .core.lease import OwnerRecord
+from .core.lease import JOB_SEPARATOR, OwnerRecord
 
 if TYPE_CHECKING:
     from .renewal import RenewedLease
 
 __all__ = [
     "HOST",
-    "JOB_SEPARATOR",
-    "PENDING_JOB",
-    "RESERVED",
     "Hold",
     "HoldWatch",
     "current_owner",
-    "is_reservation",
-    "job_id_checked",
-    "job_of",
     "job_token",
     "new_token",
     "owner_description",
     "owner_record",
     "pid",
     "reentrant_holds",
-    "reservation_token",
-    "takeover_prefixes",
 ]
 
 #: This machine's name, as owner records give it.
@@ -69,63 +61,10 @@ def new_token() -> str:
     return base64.urlsafe_b64encode(chunk).decode()
 
 
-# A job id ends where the rest of its tokens begins: the random part of a hold's, or RESERVED.
-JOB_SEPARATOR = "~"
-# The token of a job's reservation is "<job id>~queued": one per job, known to every process
-# that knows the job's id (a reservation is taken when the job is queued, by the process that
-# queues it, and taken over by the process that runs it; see jobs.py).
-RESERVED = "queued"
-# The job id of a reservation made before its job's id is known (django.tasks backends name
-# a task when they queue it): "pending.<random>", renamed once the id is known.
-PENDING_JOB = "pending."
-
-
-def job_id_checked(job_id: object) -> str:
-    """``job_id`` if it can start a token (``TypeError`` / ``ValueError`` otherwise)."""
-    if not isinstance(job_id, str):
-        raise TypeError(
-            f"job_id must be a str (a task's or job's id), not {type(job_id).__name__}."
-        )
-    if (
-        not job_id
-        or len(job_id) > 128
-        or any(c.isspace() or c in "|~" for c in job_id)
-    ):
-        raise ValueError(
-            "job_id must be 1-128 characters with no whitespace, '|' or '~', not "
-            f"{job_id!r}."
-        )
-    return job_id
-
-
 def job_token(job_id: str) -> str:
     """An owner token for ``job_id``: the id, then random (another run of the same job, a
     redelivered copy, must not pass for this one)."""
     return f"{job_id}{JOB_SEPARATOR}{new_token()}"
-
-
-def reservation_token(job_id: str) -> str:
-    """The token of ``job_id``'s reservation (the same in every process)."""
-    return f"{job_id}{JOB_SEPARATOR}{RESERVED}"
-
-
-def job_of(token: str) -> str | None:
-    """The job id a token was made for (:func:`job_token`, :func:`reservation_token`), or
-    None."""
-    job_id, separator, _ = token.partition(JOB_SEPARATOR)
-    return job_id if separator else None
-
-
-def is_reservation(token: str) -> bool:
-    """Whether ``token`` is a job's reservation (it waits in a queue) rather than a hold."""
-    return token.endswith(JOB_SEPARATOR + RESERVED)
-
-
-def takeover_prefixes(job_id: str) -> tuple[str, ...]:
-    """The lease values a hold for ``job_id`` takes over as if the lock were free: the job's
-    own reservation, and a pending one (made for a job whose id was not known yet, which can
-    only be the job that runs now: a key has one reservation at a time)."""
-    return (reservation_token(job_id) + "|", PENDING_JOB)
 
 
 def current_owner() -> object:

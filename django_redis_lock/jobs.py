@@ -33,14 +33,13 @@ from .backends.drivers import arun, run
 from .conf import lock_settings
 from .connection import async_lock_client, quorum_members
 from .core import flows
+from .core.lease import JOB_SEPARATOR, PENDING_JOB, job_id_checked, reservation_token
 from .exceptions import LockBackendError
-from .holds import current_owner, job_id_checked, reservation_token
+from .holds import current_owner
 from .keys import lock_keys, readable_tag
 from .records import LockInfo, lock_info
 
 __all__ = ["PENDING_JOB", "Reservation", "acancel", "cancel", "pending_job_id", "reserve"]
-
-PENDING_JOB = holds.PENDING_JOB
 
 
 @dataclass(frozen=True)
@@ -76,9 +75,9 @@ def reserve(
     alias = using or lock_settings.CACHE_ALIAS
     keys = lock_keys(name, alias)
     lease = durations.seconds(ttl, "ttl")
-    takeover = (f"{job_id}{holds.JOB_SEPARATOR}",)
+    takeover = (f"{job_id}{JOB_SEPARATOR}",)
     if replaces is not None:
-        takeover += (f"{job_id_checked(replaces)}{holds.JOB_SEPARATOR}",)
+        takeover += (f"{job_id_checked(replaces)}{JOB_SEPARATOR}",)
     record = holds.owner_record(
         current_owner(), lease, label=label, guard=guard,
         name=None if readable_tag(name) else name,

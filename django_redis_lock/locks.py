@@ -34,11 +34,12 @@ from .backends.drivers import arun, run
 from .claims import Claim
 from .connection import async_lock_client
 from .core import flows
+from .core.lease import job_id_checked
 from .core.requests import Command
 from .exceptions import LockBackendError, LockNotOwned
 from .hints import check_names, keyword_names
 from .holding import Holding
-from .holds import Hold, current_owner, job_id_checked
+from .holds import Hold, current_owner
 from .quorum import members as checked_quorum
 
 __all__ = ["LOCK_OPTIONS", "Claim", "Lock"]

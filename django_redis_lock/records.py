@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .core.lease import decode_lease
-from .holds import is_reservation, job_of
+from .core.lease import decode_lease, is_reservation, job_of
 from .keys import name_in_key
 
 __all__ = ["LockInfo", "lock_info", "seconds_left", "text"]

@@ -24,7 +24,7 @@ from .commands import execute, execute_many, node_client
 from .conf import lock_settings
 from .connection import lock_client
 from .core import flows
-from .holds import job_id_checked
+from .core.lease import job_id_checked
 from .keys import lock_keys, namespace, readable_tag
 from .locks import Lock
 from .quorum import QuorumClient, QuorumUnavailable

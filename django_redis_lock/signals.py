@@ -11,6 +11,13 @@ keyword arguments:
 ``run_skipped``          name, owner (the running one's record, or None): a ``@single_instance``
                          run was skipped because another run held its lock (sent with
                          ``sender=single_instance``)
+``task_duplicate_found`` name (the guard key's lock), task (the task's name), task_id (the
+                         duplicate's id, None when it was never queued), duplicate_of (the
+                         queued or running task's id, or None), queued (bool: that one waits in
+                         its queue), phase ("enqueue" or "run"), action (what was done: an
+                         ``on_duplicate`` value, or "ignore" for a copy of a task that runs or
+                         ran already): a task guard found a duplicate (sent with the task's
+                         class, ``GuardedTask`` or ``GuardedBackend``, as sender)
 
 Receivers run in the thread that sends: ``lock_lost`` usually comes from the renewal thread.
 """
@@ -24,6 +31,7 @@ __all__ = [
     "lock_lost",
     "lock_released",
     "run_skipped",
+    "task_duplicate_found",
 ]
 
 lock_acquired = Signal()
@@ -32,3 +40,4 @@ lock_contended = Signal()
 lock_lost = Signal()
 lock_force_released = Signal()
 run_skipped = Signal()
+task_duplicate_found = Signal()

@@ -1,5 +1,8 @@
 """A lease as Redis stores it: one string, ``token|since_ms|fence|owner record``.
 
+A token is random (``holds.new_token``), or a job's: ``<job id>~<random>`` for a hold of a run
+of the job, ``<job id>~queued`` for the job's reservation while it waits in a queue.
+
 One string rather than a hash: a free lock is taken with a bare ``SET key value NX PX ms``, and a
 held lock costs about 200 bytes of Redis memory (a hash with a JSON owner record cost 600).
 
@@ -9,8 +12,8 @@ task guard holds the lock (what it guards: ``until_executed``...). Text fields h
 ``|`` escaped; an empty field is "none". ``name`` is only written when the lock's key holds a
 hash of its name (``keys.py``); otherwise the key shows it. A reader ignores fields after those
 it knows (a newer version's), so a record can grow without a rolling deploy's older processes
-calling it unreadable. ``since_ms`` is when the lease was
-taken: by the taking client's clock for a bare ``SET``, the server's when a script wrote it.
+calling it unreadable. ``since_ms`` is when the lease was taken: by the taking client's clock
+for a bare ``SET``, the server's when a script wrote it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,70 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["Lease", "LockKeys", "OwnerRecord", "decode_lease", "encode_lease", "held_by"]
+__all__ = [
+    "JOB_SEPARATOR",
+    "PENDING_JOB",
+    "RESERVED",
+    "Lease",
+    "LockKeys",
+    "OwnerRecord",
+    "decode_lease",
+    "encode_lease",
+    "held_by",
+    "is_reservation",
+    "job_id_checked",
+    "job_of",
+    "reservation_token",
+    "takeover_prefixes",
+]
+
+
+# A job id ends where the rest of its tokens begins: the random part of a hold's, or RESERVED.
+JOB_SEPARATOR = "~"
+# The token of a job's reservation is "<job id>~queued": one per job, known to every process
+# that knows the job's id (a reservation is taken when the job is queued, by the process that
+# queues it, and taken over by the process that runs it; see ``jobs.py``).
+RESERVED = "queued"
+# The job id of a reservation made before its job's id is known (django.tasks backends name
+# a task when they queue it): "pending.<random>", renamed once the id is known.
+PENDING_JOB = "pending."
+
+
+def job_id_checked(job_id: object) -> str:
+    """``job_id`` if it can start a token (``TypeError`` / ``ValueError`` otherwise)."""
+    if not isinstance(job_id, str):
+        raise TypeError(
+            f"job_id must be a str (a task's or job's id), not {type(job_id).__name__}."
+        )
+    if not job_id or len(job_id) > 128 or any(c.isspace() or c in "|~" for c in job_id):
+        raise ValueError(
+            f"job_id must be 1-128 characters with no whitespace, '|' or '~', not {job_id!r}."
+        )
+    return job_id
+
+
+def reservation_token(job_id: str) -> str:
+    """The token of ``job_id``'s reservation (the same in every process)."""
+    return f"{job_id}{JOB_SEPARATOR}{RESERVED}"
+
+
+def job_of(token: str) -> str | None:
+    """The job id a token was made for (``holds.job_token``, :func:`reservation_token`), or
+    None."""
+    job_id, separator, _ = token.partition(JOB_SEPARATOR)
+    return job_id if separator else None
+
+
+def is_reservation(token: str) -> bool:
+    """Whether ``token`` is a job's reservation (it waits in a queue) rather than a hold."""
+    return token.endswith(JOB_SEPARATOR + RESERVED)
+
+
+def takeover_prefixes(job_id: str) -> tuple[str, ...]:
+    """The lease values a hold for ``job_id`` takes over as if the lock were free: the job's
+    own reservation, and a pending one (made for a job whose id was not known yet, which can
+    only be the job that runs now: a key has one reservation at a time)."""
+    return (reservation_token(job_id) + "|", PENDING_JOB)
 
 
 def _escape(text: str | None) -> str:
@@ -114,6 +180,10 @@ class Lease:
             described["task"] = owner.task
         if owner.guard:
             described["guard"] = owner.guard
+        job_id = job_of(self.token)
+        if job_id is not None:
+            described["job_id"] = job_id
+            described["queued"] = is_reservation(self.token)
         return described
 
 

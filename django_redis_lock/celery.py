@@ -1,0 +1,314 @@
+"""Celery task guards: ``GuardedTask``, a task base class that keeps duplicates of a task out of
+the queue and apart when they run (``pip install django-redis-lock[celery]``).
+
+    from django_redis_lock.celery import GuardedTask
+
+    @app.task(base=GuardedTask, guard="until_executed", guard_key="{customer_id}")
+    def sync_customer(customer_id): ...
+
+    sync_customer.delay(42)      # queued
+    sync_customer.delay(42)      # the same AsyncResult (same id), nothing published
+
+The options, as task options (``@app.task(...)``) or class attributes:
+
+- ``guard``: ``"until_executed"`` (default), ``"until_executing"``, ``"while_executing"`` or
+  ``"until_and_while_executing"`` (``task_guards/policy.py``);
+- ``guard_key``: a template over the task's arguments (``"{customer_id}"``), a callable of them,
+  or None: all of them, bound to the task's parameters (``f(42)`` is ``f(customer_id=42)``);
+- ``on_duplicate``: ``"return_existing"`` (default: ``delay()`` returns the first call's
+  ``AsyncResult``), ``"raise"`` (``DuplicateTask``), ``"skip"`` (``delay()`` returns None, with
+  a WARNING and the ``task_duplicate_found`` signal), ``"reschedule"`` (a run that finds another
+  running is put off until about a lease later);
+- ``guard_timeout``: a run's lease (default ``DJANGO_REDIS_LOCK_TIMEOUT``), renewed while it
+  runs: the longest a run that died blocks the key; ``guard_queued_timeout``: the longest a
+  queued call keeps it (``DJANGO_REDIS_LOCK_TASK_QUEUED_TIMEOUT``); ``guard_using``: the cache
+  alias (or quorum) of the locks.
+
+The lock's owner token is the task id, known before the message is published: the worker's
+main process frees exactly that task's keys when the task is revoked, expires, hits its hard
+time limit or loses its worker process (signal receivers below), and nobody else's. A retry
+(``self.retry()``, or Celery's own after a lost worker) keeps the key for the same task id.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from typing import Any
+
+from billiard.exceptions import WorkerLostError
+from celery import Task, signals
+from celery.exceptions import Ignore, TimeLimitExceeded
+from celery.utils import uuid
+
+from . import task_guards as guards
+from .conf import lock_settings
+from .exceptions import LockBackendError
+
+__all__ = ["GuardedTask"]
+
+logger = logging.getLogger("django_redis_lock")
+
+# Other task-uniqueness libraries' options, and what ours are.
+_THEIRS = {
+    "once": "guard='until_executed' (celery-once's QueueOnce), guard_key=, "
+    "on_duplicate='skip' for graceful, guard_queued_timeout= for its timeout",
+    "unique_on": "guard_key= (celery-singleton's unique_on)",
+    "lock_expiry": "guard_queued_timeout= (celery-singleton's lock_expiry)",
+    "raise_on_duplicate": "on_duplicate='raise' (celery-singleton's raise_on_duplicate)",
+}
+
+
+_COPY_REASONS = {
+    guards.Verdict.FINISHED: "the broker delivered it again, and it ran already",
+    guards.Verdict.ELSEWHERE: "the broker delivered it again while it still runs elsewhere",
+}
+
+
+class _Runs(threading.local):
+    """The guarded runs under way in this thread, by task id: a retry published from inside a
+    run (``self.retry()``) hands the run's key back to the queue instead of releasing it."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, guards.GuardedRun] = {}
+
+
+_runs = _Runs()
+
+
+class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
+    """A Celery task whose duplicates (by ``guard_key``) are kept out of the queue and apart
+    when they run; see the module docstring."""
+
+    guard: str = guards.UNTIL_EXECUTED
+    guard_key: Any = None
+    on_duplicate: str = guards.RETURN_EXISTING
+    guard_timeout: float | None = None
+    guard_queued_timeout: float | None = None
+    guard_using: str | None = None
+
+    def __init__(self) -> None:
+        # Bad options fail when the task is defined, not when it is first queued.
+        if type(self).run is not Task.run:
+            self.task_guard  # noqa: B018
+
+    @property
+    def task_guard(self) -> guards.TaskGuard:
+        """This task's guard (its options, checked)."""
+        guard = self.__dict__.get("_task_guard")
+        if guard is None:
+            for theirs, ours in _THEIRS.items():
+                if hasattr(self, theirs):
+                    raise TypeError(f"GuardedTask {self.name} has {theirs}=: use {ours}.")
+            guard = self.__dict__["_task_guard"] = guards.TaskGuard(
+                self.name, self.run, label=f"Celery task {self.name}", guard=self.guard,
+                guard_key=self.guard_key, on_duplicate=self.on_duplicate,
+                guard_timeout=self.guard_timeout, guard_queued_timeout=self.guard_queued_timeout,
+                guard_using=self.guard_using,
+            )  # fmt: skip
+        return guard
+
+    # -- queueing ------------------------------------------------------------------------------
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        *rest: Any,
+        **options: Any,
+    ) -> Any:
+        """Publish the call unless a duplicate of it is queued or running (then as
+        ``on_duplicate`` says). Reserving its key costs one round trip to Redis."""
+        guard = self.task_guard
+        if not lock_settings.ENABLED or not guard.reserves:
+            return super().apply_async(args, kwargs, task_id, *rest, **options)
+        task_id = task_id or uuid()
+        names = guard.names(args or (), kwargs or {})
+        ttl = guard.queued_ttl(_delay(options), _expires_in(options))
+        run = _runs.by_id.get(task_id)
+        republished = run is not None or options.get("retries", 0) > 0
+        if run is not None and names.queue is not None:  # a retry from inside the run
+            run.hand_back(names.queue)  # the key stays the task's, queued again
+        try:
+            duplicate = guards.admit(guard, names, task_id, ttl=ttl)
+        except LockBackendError as error:
+            if not (republished or lock_settings.FAIL_OPEN):
+                raise
+            logger.warning("Task %s[%s] queued unguarded: %s", self.name, task_id, error)
+            duplicate = None
+        if duplicate is None or republished:
+            if duplicate is not None:
+                logger.info(
+                    "Task %s[%s] queued again while %s holds its key", self.name, task_id,
+                    duplicate.task_id,
+                )  # fmt: skip
+            return self._publish(names, task_id, args, kwargs, rest, options)
+        return self._duplicate(duplicate, args, kwargs, rest, options)
+
+    def _publish(
+        self, names: guards.GuardNames, task_id: str, args: Any, kwargs: Any,
+        rest: tuple[Any, ...], options: dict[str, Any],
+    ) -> Any:  # fmt: skip
+        try:
+            return super().apply_async(args, kwargs, task_id, *rest, **options)
+        except BaseException:
+            # Not queued: the key must not wait a whole queued timeout for a task that never
+            # comes (a reservation of a retry's own run is the same task's: left alone).
+            if names.queue is not None and not options.get("retries"):
+                guards.release_after(self.task_guard, names, task_id, "it could not be queued")
+            raise
+
+    def _duplicate(
+        self, duplicate: guards.Duplicate, args: Any, kwargs: Any, rest: tuple[Any, ...],
+        options: dict[str, Any],
+    ) -> Any:  # fmt: skip
+        guard = self.task_guard
+        action = guard.on_duplicate
+        if action == guards.RETURN_EXISTING and duplicate.task_id is None:
+            action = guards.RAISE  # held by something that is not a task: no result to give
+        guards.report(guard, duplicate, sender=type(self), task_id=None, phase="enqueue",
+                      action=action)  # fmt: skip
+        if action == guards.RETURN_EXISTING:
+            return self.AsyncResult(duplicate.task_id)
+        if action == guards.SKIP:
+            return None
+        if action == guards.RESCHEDULE:
+            # Published to start after the one that has the key; it takes the key (or is put
+            # off again) when it runs.
+            options = {**options, "countdown": duplicate.reschedule_delay(guard)}
+            options.pop("eta", None)
+            return super().apply_async(args, kwargs, None, *rest, **options)
+        raise duplicate.error(guard)
+
+    # -- running -------------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        guard = self.task_guard
+        if not lock_settings.ENABLED:
+            return super().__call__(*args, **kwargs)
+        request = self.request
+        job_id = None if request.called_directly else request.id
+        run = guards.GuardedRun(guard, guard.names(args, kwargs), job_id)
+        verdict = run.enter()
+        if verdict is not guards.Verdict.RUN:
+            return self._not_run(run, verdict, job_id)
+        if job_id is not None:
+            _runs.by_id[job_id] = run
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            if job_id is not None:
+                _runs.by_id.pop(job_id, None)
+            run.exit()
+
+    def _not_run(self, run: guards.GuardedRun, verdict: guards.Verdict, job_id: str | None) -> Any:
+        guard = self.task_guard
+        if verdict is not guards.Verdict.DUPLICATE:
+            # A copy of this very task (same id), delivered again: it ran, or runs elsewhere.
+            # Ignore: its message is acknowledged and the state the run stores is left alone.
+            copy = guards.Duplicate(run.names.run or "", job_id, False, None)
+            guards.report(guard, copy, sender=type(self), task_id=job_id, phase="run",
+                          action=guards.IGNORE, reason=_COPY_REASONS[verdict])  # fmt: skip
+            raise Ignore()
+        duplicate = run.duplicate
+        assert duplicate is not None
+        action = guard.on_duplicate
+        if action == guards.RETURN_EXISTING:
+            action = guards.SKIP  # a run has no result of another's to give
+        guards.report(guard, duplicate, sender=type(self), task_id=job_id, phase="run",
+                      action=action)  # fmt: skip
+        if action == guards.RAISE:
+            raise duplicate.error(guard)
+        if action == guards.RESCHEDULE and job_id is not None:
+            _runs.by_id[job_id] = run  # the republish below is this task's own
+            try:
+                self.signature_from_request(
+                    countdown=duplicate.reschedule_delay(guard)
+                ).apply_async()
+            finally:
+                _runs.by_id.pop(job_id, None)
+            raise Ignore()
+        return None
+
+    # -- after a run that did not end by itself ------------------------------------------------
+
+    def release_guard(self, task_id: str, args: Any, kwargs: Any, why: str) -> None:
+        """Free what the task ``task_id`` (called with ``args`` and ``kwargs``) had: its
+        reservation and its run's hold, and nobody else's. Called in the worker's main
+        process when the task was revoked or expired, hit its hard time limit, or lost its
+        worker process."""
+        if not lock_settings.ENABLED or not task_id:
+            return
+        guard = self.task_guard
+        try:
+            names = guard.names(args or (), kwargs or {})
+        except (TypeError, ValueError) as exc:
+            logger.error(
+                "Task %s[%s]: no guard key for its arguments: %s", self.name, task_id, exc
+            )
+            return
+        guards.release_after(guard, names, task_id, f"Celery: task {task_id} {why}")
+
+
+def _delay(options: dict[str, Any]) -> float:
+    """Seconds until a message may run (its ``countdown`` or ``eta``)."""
+    countdown = options.get("countdown")
+    if countdown is not None:
+        return float(countdown)
+    eta = options.get("eta")
+    if eta is None:
+        return 0.0
+    if isinstance(eta, str):
+        eta = datetime.datetime.fromisoformat(eta)
+    return _seconds_until(eta)
+
+
+def _expires_in(options: dict[str, Any]) -> float | None:
+    expires = options.get("expires")
+    if expires is None:
+        return None
+    if isinstance(expires, int | float):
+        return float(expires)
+    if isinstance(expires, str):
+        expires = datetime.datetime.fromisoformat(expires)
+    return _seconds_until(expires)
+
+
+def _seconds_until(moment: datetime.datetime) -> float:
+    now = datetime.datetime.now(moment.tzinfo or datetime.timezone.utc)
+    if moment.tzinfo is None:
+        now = now.replace(tzinfo=None)
+    return (moment - now).total_seconds()
+
+
+# -- the worker's main process: calls that ended without their run's own release -------------
+
+
+@signals.task_failure.connect(weak=False, dispatch_uid="django_redis_lock.celery.failure")
+def _after_failure(
+    sender: Any = None, task_id: str | None = None, exception: Any = None, args: Any = None,
+    kwargs: Any = None, **ignored: Any,
+) -> None:  # fmt: skip
+    # Sent in the main process for a hard time limit and a lost worker process (whose run could
+    # not release); in the child for any other failure, after the run released its key itself.
+    if isinstance(sender, GuardedTask) and isinstance(
+        exception, TimeLimitExceeded | WorkerLostError
+    ):
+        why = "hit its hard time limit" if isinstance(exception, TimeLimitExceeded) else (
+            "lost its worker process"
+        )  # fmt: skip
+        sender.release_guard(task_id, args, kwargs, why)
+
+
+@signals.task_revoked.connect(weak=False, dispatch_uid="django_redis_lock.celery.revoked")
+def _after_revoke(
+    sender: Any = None, request: Any = None, terminated: bool = False, expired: bool = False,
+    **ignored: Any,
+) -> None:  # fmt: skip
+    if isinstance(sender, GuardedTask) and request is not None:
+        why = "expired" if expired else ("was revoked and terminated" if terminated else (
+            "was revoked"
+        ))  # fmt: skip
+        sender.release_guard(request.id, request.args, request.kwargs, why)

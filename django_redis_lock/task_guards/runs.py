@@ -1,0 +1,176 @@
+"""A guarded run: what it takes when it starts, what it finds, and what it leaves when it ends.
+
+    run = GuardedRun(guard, guard.names(args, kwargs), job_id)
+    verdict = run.enter()            # or `await run.aenter()`
+    if verdict is Verdict.RUN:
+        try: ...                     # the task's body
+        finally: run.exit()          # or `await run.aexit()`
+
+A run holds ``names.run`` with a renewed lease whose token carries the job's id, taking over
+the job's own reservation if it has one (``until_executed``), and ends the reservation of
+``names.queue`` otherwise (``until_executing``, ``until_and_while_executing``). When it ends it
+leaves the job's id behind for ``DJANGO_REDIS_LOCK_TASK_DONE_TTL``, so that a copy of the job
+the broker delivers again (same id) is not run a second time.
+
+What a run can find (:class:`Verdict`):
+
+- ``RUN``: the key is ours;
+- ``FINISHED``: a run of this job ended already: this is a redelivered copy;
+- ``ELSEWHERE``: another run of this job holds the key and is alive (it kept renewing for longer
+  than a lease, so it is not a run that died): a copy delivered while the job runs;
+- ``DUPLICATE``: another call holds the key (``run.duplicate`` says which).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+
+from .. import jobs
+from ..claims import Claim
+from ..conf import lock_settings
+from ..exceptions import LockBackendError, LockNotOwned
+from .duplicates import Duplicate
+from .policy import RESCHEDULE, GuardNames, TaskGuard
+
+__all__ = ["GuardedRun", "Verdict"]
+
+logger = logging.getLogger("django_redis_lock")
+
+
+class Verdict(enum.Enum):
+    RUN = "run"
+    FINISHED = "finished"
+    ELSEWHERE = "elsewhere"
+    DUPLICATE = "duplicate"
+
+
+class GuardedRun:
+    """One run of a guarded task (``job_id``: its task id; None for a direct call, which
+    holds the run's lock without a job's token)."""
+
+    def __init__(self, guard: TaskGuard, names: GuardNames, job_id: str | None) -> None:
+        self.guard = guard
+        self.names = names
+        self.job_id = job_id
+        self.lock = guard.run_lock(names.run, job_id) if names.run else None
+        self.duplicate: Duplicate | None = None
+        self.handed_back = False
+
+    # -- starting ------------------------------------------------------------------------------
+
+    def enter(self) -> Verdict:
+        """Take the run's key (see the module docstring). ``LockBackendError`` when Redis
+        cannot be reached, unless ``DJANGO_REDIS_LOCK_FAIL_OPEN`` lets the run go unguarded."""
+        try:
+            verdict = Verdict.RUN
+            if self.lock is not None:
+                verdict = self._judge(self.lock.claim(0, want_result=self.job_id is not None))
+                if verdict is Verdict.ELSEWHERE:
+                    verdict = self._judge(
+                        self.lock.claim(self.guard.copy_wait(), want_result=True)
+                    )
+            if self._ends_reservation(verdict):
+                jobs.cancel(self.names.queue, self.job_id, using=self.guard.using)  # type: ignore[arg-type]
+        except LockBackendError as error:
+            return self._unguarded(error)
+        return verdict
+
+    async def aenter(self) -> Verdict:
+        """:meth:`enter` for asyncio."""
+        try:
+            verdict = Verdict.RUN
+            if self.lock is not None:
+                claim = await self.lock.aclaim(0, want_result=self.job_id is not None)
+                verdict = self._judge(claim)
+                if verdict is Verdict.ELSEWHERE:
+                    claim = await self.lock.aclaim(self.guard.copy_wait(), want_result=True)
+                    verdict = self._judge(claim)
+            if self._ends_reservation(verdict):
+                await jobs.acancel(self.names.queue, self.job_id, using=self.guard.using)  # type: ignore[arg-type]
+        except LockBackendError as error:
+            return self._unguarded(error)
+        return verdict
+
+    def _judge(self, claim: Claim) -> Verdict:
+        if claim.acquired:
+            return Verdict.RUN
+        if claim.result is not None:
+            return Verdict.FINISHED
+        assert self.names.run is not None
+        duplicate = Duplicate.of_refusal(self.names.run, claim.refusal)
+        if self.job_id is not None and duplicate.task_id == self.job_id and not duplicate.queued:
+            return Verdict.ELSEWHERE
+        self.duplicate = duplicate
+        return Verdict.DUPLICATE
+
+    def _ends_reservation(self, verdict: Verdict) -> bool:
+        """Whether the job's reservation of a queue key of its own ends as the run starts: it
+        does unless the run is put off (it goes back to its queue, reservation and all)."""
+        return (
+            self.names.queue is not None
+            and self.names.queue != self.names.run
+            and self.job_id is not None
+            and not (verdict is Verdict.DUPLICATE and self.guard.on_duplicate == RESCHEDULE)
+        )
+
+    def _unguarded(self, error: LockBackendError) -> Verdict:
+        if not lock_settings.FAIL_OPEN:
+            raise error
+        logger.warning(
+            "Task %s runs unguarded (DJANGO_REDIS_LOCK_FAIL_OPEN): %s", self.guard.task, error
+        )
+        self.lock = None
+        return Verdict.RUN
+
+    # -- a retry -------------------------------------------------------------------------------
+
+    def hand_back(self, name: str) -> bool:
+        """The run published a retry of its job that reserves ``name``: if that is the key it
+        holds, stop holding it here, so that the retry's reservation can take it over with no
+        gap (and this run's end does not release it). No round trip."""
+        if self.lock is None or self.names.run != name or self.lock.token is None:
+            return False
+        self.lock.detach()
+        self.handed_back = True
+        return True
+
+    # -- ending --------------------------------------------------------------------------------
+
+    def exit(self) -> None:
+        """Release the run's key, leaving the job's id for its copies."""
+        if self.lock is None or self.handed_back or self.lock.token is None:
+            return
+        try:
+            if self.job_id is None:
+                self.lock.release()
+            else:
+                self.lock.release(result=self.job_id.encode(), result_ttl=self._done_ttl())
+        except LockNotOwned:
+            pass  # lost while it ran (said loudly already), or freed by the worker's supervisor
+        except LockBackendError as error:
+            self._not_released(error)
+
+    async def aexit(self) -> None:
+        """:meth:`exit` for asyncio."""
+        if self.lock is None or self.handed_back or self.lock.token is None:
+            return
+        try:
+            if self.job_id is None:
+                await self.lock.arelease()
+            else:
+                await self.lock.arelease(result=self.job_id.encode(), result_ttl=self._done_ttl())
+        except LockNotOwned:
+            pass
+        except LockBackendError as error:
+            self._not_released(error)
+
+    @staticmethod
+    def _done_ttl() -> float:
+        return lock_settings.TASK_DONE_TTL
+
+    def _not_released(self, error: LockBackendError) -> None:
+        logger.error(
+            "Task %s: could not release its guard key (%s); it is free when its lease ends, "
+            "within %ss.", self.guard.task, error, self.guard.lease,
+        )  # fmt: skip
