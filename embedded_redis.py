@@ -39,6 +39,7 @@ from redis.retry import Retry
 __all__ = [
     "EmbeddedRedis",
     "RedisServerNotFound",
+    "die_with_parent",
     "find_redis_server",
     "start_cluster",
     "start_cluster_node",
@@ -98,7 +99,8 @@ def _free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """For ``subprocess.Popen(preexec_fn=...)``: the child gets SIGTERM when its parent ends."""
     # If the process that started the server is killed (SIGKILL, a CI timeout), the kernel
     # sends the server SIGTERM instead of leaving it running on its port for ever.
     PR_SET_PDEATHSIG = 1
@@ -210,7 +212,7 @@ class EmbeddedRedis:
             # Its own session: a Ctrl-C meant for the program that started it (the demo, a
             # test run) must not stop Redis before that program has shut down in order.
             start_new_session=True,
-            preexec_fn=_die_with_parent if self._die_with_parent else None,
+            preexec_fn=die_with_parent if self._die_with_parent else None,
         )
 
     def _server_command(self) -> list[str]:

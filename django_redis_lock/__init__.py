@@ -7,6 +7,7 @@ from .cache import get_or_set_locked
 from .connection import aclose_async_redis_clients, get_async_redis_client, get_redis_client
 from .decorators import lock, locked_method, prevent_double_submit
 from .exceptions import (
+    DuplicateTask,
     LockBackendError,
     LockError,
     LockLost,
@@ -25,6 +26,7 @@ from .signals import (
     lock_lost,
     lock_released,
     run_skipped,
+    task_duplicate_found,
 )
 from .single import single_instance
 from .submissions import ALL, UNSAFE, DuplicateSubmission
@@ -37,6 +39,7 @@ __all__ = [
     "AlreadyRunning",
     "Claim",
     "DuplicateSubmission",
+    "DuplicateTask",
     "Lock",
     "LockBackendError",
     "LockError",
@@ -63,4 +66,5 @@ __all__ = [
     "run_once",
     "run_skipped",
     "single_instance",
+    "task_duplicate_found",
 ]

@@ -9,6 +9,8 @@
 - after every test, no key of ours in the session's database may be left without an expiry
   (``planted``: the keys a test wrote by hand, which are exempt).
 - ``redis_proxy``: the session's server behind a TCP proxy that can lose replies.
+- ``broker_url``: a private redis-server of its own, the real task-queue workers' broker and
+  result backend (never emptied between tests, so a worker started once serves many).
 """
 
 from __future__ import annotations
@@ -63,6 +65,15 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield external
         return
     servers = _Servers(lambda: tmp_path_factory.mktemp("redis-session"))
+    try:
+        yield servers.start().url
+    finally:
+        servers.stop_all()
+
+
+@pytest.fixture(scope="session")
+def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    servers = _Servers(lambda: tmp_path_factory.mktemp("broker"))
     try:
         yield servers.start().url
     finally:

@@ -1,0 +1,177 @@
+"""The Celery app of the suite's real workers (``tests/test_celery.py``, ``benchmarks/``).
+
+A worker runs ``celery -A tests.celery_app worker`` in a subprocess; its broker and result
+backend are a private redis-server (``DJANGO_REDIS_LOCK_TEST_BROKER_URL``), its locks on the
+suite's Redis (``DJANGO_REDIS_LOCK_TEST_REDIS_URL``, through ``tests.settings``). The tasks
+leave what they did on the locks' Redis, where the tests read it: ``events:<key>`` (a list of
+JSON records: start and end, with the task id, the process and the retry count),
+``runs:<key>``, ``inside:<key>`` (the processes running it) and ``overlaps:<key>`` (runs that
+found another live process inside), and
+``released:<lock name>`` / ``force-released:<lock name>``: each release of a lock, by its
+holder or by someone else (a worker's main process).
+
+A run lasts until ``seconds`` pass or the test pushes to ``go:<key>``, whichever is first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import django
+from django.conf import settings
+
+if not settings.configured:  # a worker process; the suite's own process is set up already
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    django.setup()
+
+import redis  # noqa: E402
+from celery import Celery  # noqa: E402
+
+from django.dispatch import receiver  # noqa: E402
+
+from django_redis_lock import lock_force_released, lock_released  # noqa: E402
+from django_redis_lock.celery import GuardedTask  # noqa: E402
+
+#: The lease of the guarded runs: short, so that a dead run frees its key soon.
+LEASE = 2.0
+
+app = Celery("tests.celery_app")
+app.conf.update(
+    broker_url=os.environ.get("DJANGO_REDIS_LOCK_TEST_BROKER_URL", "redis://127.0.0.1:1/0"),
+    result_backend=os.environ.get("DJANGO_REDIS_LOCK_TEST_BROKER_URL", "redis://127.0.0.1:1/0"),
+    broker_connection_retry_on_startup=True,
+    # One message at a time per process: what a worker has not started stays in the queue.
+    worker_prefetch_multiplier=1,
+    result_expires=600,
+)
+if os.environ.get("DJANGO_REDIS_LOCK_TEST_VISIBILITY"):
+    # The Redis broker delivers a message again when it was not acknowledged within this many
+    # seconds, looking every second (its default looks far less often).
+    app.conf.broker_transport_options = {
+        "visibility_timeout": float(os.environ["DJANGO_REDIS_LOCK_TEST_VISIBILITY"]),
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    }
+
+_evidence: redis.Redis | None = None
+
+
+def evidence() -> redis.Redis:
+    """A client of the suite's Redis, where the tasks say what they did."""
+    global _evidence
+    if _evidence is None:
+        _evidence = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+    return _evidence
+
+
+def _run(task: Any, key: str, seconds: float) -> str:
+    client = evidence()
+    record = {"id": task.request.id, "pid": os.getpid(), "retries": task.request.retries}
+    client.rpush(f"events:{key}", json.dumps({"event": "start", "at": time.time(), **record}))
+    client.incr(f"runs:{key}")
+    # Who else is inside: added and read in one transaction, so that of two runs starting at
+    # once, the second sees the first. A process killed inside stays listed, but is not alive.
+    _, inside = (
+        client.pipeline().sadd(f"inside:{key}", os.getpid()).smembers(f"inside:{key}").execute()
+    )
+    if any(int(pid) != os.getpid() and _alive(int(pid)) for pid in inside):
+        client.incr(f"overlaps:{key}")
+    try:
+        if seconds:
+            client.blpop([f"go:{key}"], timeout=seconds)
+    finally:
+        client.srem(f"inside:{key}", os.getpid())
+        client.rpush(f"events:{key}", json.dumps({"event": "end", "at": time.time(), **record}))
+    return key
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=LEASE)
+def until_executed(self: Any, key: str, seconds: float = 0.0) -> str:
+    return _run(self, key, seconds)
+
+
+@app.task(base=GuardedTask, bind=True, guard="until_executing", guard_key="{key}")
+def until_executing(self: Any, key: str, seconds: float = 0.0) -> str:
+    return _run(self, key, seconds)
+
+
+@app.task(
+    base=GuardedTask, bind=True, guard="while_executing", guard_key="{key}", guard_timeout=LEASE,
+    on_duplicate="reschedule",
+)  # fmt: skip
+def while_executing(self: Any, key: str, seconds: float = 0.0) -> str:
+    return _run(self, key, seconds)
+
+
+@app.task(
+    base=GuardedTask, bind=True, guard="until_and_while_executing", guard_key="{key}",
+    guard_timeout=LEASE, on_duplicate="skip",
+)  # fmt: skip
+def until_and_while(self: Any, key: str, seconds: float = 0.0) -> str:
+    return _run(self, key, seconds)
+
+
+@app.task(base=GuardedTask, bind=True, guard_key="{key}", on_duplicate="raise")
+def refusing(self: Any, key: str, seconds: float = 0.0) -> str:
+    return _run(self, key, seconds)
+
+
+@app.task(base=GuardedTask, bind=True, guard_key="{key}", on_duplicate="skip")
+def skipping(self: Any, key: str, seconds: float = 0.0) -> str:
+    return _run(self, key, seconds)
+
+
+# Leases far longer than the tests: if the key is free soon after the run died, the worker's
+# main process freed it, not the lease's end.
+@app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=300)
+def long_lease(self: Any, key: str, seconds: float = 0.0) -> str:
+    return _run(self, key, seconds)
+
+
+@app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=300, time_limit=1)
+def over_time(self: Any, key: str, seconds: float = 30.0) -> str:
+    return _run(self, key, seconds)
+
+
+@app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=LEASE, max_retries=5)
+def flaky(self: Any, key: str, failures: int = 2, seconds: float = 0.0) -> str:
+    """Fails ``failures`` times (a retry a second later each time), then runs as the others."""
+    if self.request.retries < failures:
+        _run(self, key, 0)
+        raise self.retry(countdown=1)
+    _run(self, key, seconds)
+    return "done"
+
+
+@app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=LEASE, acks_late=True)
+def acked_late(self: Any, key: str, seconds: float = 0.0) -> str:
+    return _run(self, key, seconds)
+
+
+@app.task(
+    base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=LEASE, acks_late=True,
+    reject_on_worker_lost=True,
+)  # fmt: skip
+def requeued_if_lost(self: Any, key: str, seconds: float = 0.0) -> str:
+    return _run(self, key, seconds)
+
+
+@receiver(lock_released)
+def _record_release(sender: Any, name: str, **kwargs: Any) -> None:
+    evidence().rpush(f"released:{name}", os.getpid())
+
+
+@receiver(lock_force_released)
+def _record_force_release(sender: Any, name: str, by: str | None = None, **kwargs: Any) -> None:
+    evidence().rpush(f"force-released:{name}", by or "")
