@@ -53,7 +53,8 @@ class Reservation:
 
 def pending_job_id() -> str:
     """A job id to reserve under before the job's own id is known (``reserve(...,
-    replaces=)`` renames it once it is; a run takes a pending reservation over meanwhile)."""
+    takeover_from=)`` renames it once it is; a run takes a pending reservation over
+    meanwhile)."""
     return f"{PENDING_JOB}{holds.new_token().replace('-', '_')}"
 
 
@@ -65,19 +66,18 @@ def reserve(
     label: str | None = None,
     guard: str | None = None,
     using: str | None = None,
-    replaces: str | None = None,
+    takeover_from: str | None = None,
 ) -> Reservation:
     """Take the lock ``name`` for the queued job ``job_id`` for ``ttl`` seconds, unless
-    another job has it; never waits. A lease of ``job_id`` itself, or of the job ``replaces``
-    (a pending reservation, now known to be this job's), is taken over. One round trip.
-    Raises ``LockBackendError`` when Redis cannot be reached."""
+    another job has it; never waits. A lease of the job ``takeover_from`` is taken over: by
+    default ``job_id``'s own (a retry of the job, queued again from its run or after it died),
+    else a pending reservation's, now known to be this job's. One round trip. Raises
+    ``LockBackendError`` when Redis cannot be reached."""
     job_id = job_id_checked(job_id)
     alias = using or lock_settings.CACHE_ALIAS
     keys = lock_keys(name, alias)
     lease = durations.seconds(ttl, "ttl")
-    takeover = (f"{job_id}{JOB_SEPARATOR}",)
-    if replaces is not None:
-        takeover += (f"{job_id_checked(replaces)}{JOB_SEPARATOR}",)
+    takeover = (f"{job_id_checked(takeover_from or job_id)}{JOB_SEPARATOR}",)
     record = holds.owner_record(
         current_owner(), lease, label=label, guard=guard,
         name=None if readable_tag(name) else name,

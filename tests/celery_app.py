@@ -3,21 +3,14 @@
 A worker runs ``celery -A tests.celery_app worker`` in a subprocess; its broker and result
 backend are a private redis-server (``DJANGO_REDIS_LOCK_TEST_BROKER_URL``), its locks on the
 suite's Redis (``DJANGO_REDIS_LOCK_TEST_REDIS_URL``, through ``tests.settings``). The tasks
-leave what they did on the locks' Redis, where the tests read it: ``events:<key>`` (a list of
-JSON records: start and end, with the task id, the process and the retry count),
-``runs:<key>``, ``inside:<key>`` (the processes running it) and ``overlaps:<key>`` (runs that
-found another live process inside), and
-``released:<lock name>`` / ``force-released:<lock name>``: each release of a lock, by its
-holder or by someone else (a worker's main process).
-
-A run lasts until ``seconds`` pass or the test pushes to ``go:<key>``, whichever is first.
+say what they did on the locks' Redis (``tests/task_evidence.py``), and so do the releases of
+locks: ``released:<lock name>`` / ``force-released:<lock name>``, each release by its holder or
+by someone else (a worker's main process).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from typing import Any
 
 import django
@@ -27,13 +20,12 @@ if not settings.configured:  # a worker process; the suite's own process is set 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     django.setup()
 
-import redis  # noqa: E402
-from celery import Celery  # noqa: E402
+from celery import Celery
+from django.dispatch import receiver
 
-from django.dispatch import receiver  # noqa: E402
-
-from django_redis_lock import lock_force_released, lock_released  # noqa: E402
-from django_redis_lock.celery import GuardedTask  # noqa: E402
+from django_redis_lock import lock_force_released, lock_released
+from django_redis_lock.celery import GuardedTask
+from tests.task_evidence import evidence, run
 
 #: The lease of the guarded runs: short, so that a dead run frees its key soon.
 LEASE = 2.0
@@ -56,44 +48,9 @@ if os.environ.get("DJANGO_REDIS_LOCK_TEST_VISIBILITY"):
         "unacked_restore_throttle": 1,
     }
 
-_evidence: redis.Redis | None = None
-
-
-def evidence() -> redis.Redis:
-    """A client of the suite's Redis, where the tasks say what they did."""
-    global _evidence
-    if _evidence is None:
-        _evidence = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
-    return _evidence
-
 
 def _run(task: Any, key: str, seconds: float) -> str:
-    client = evidence()
-    record = {"id": task.request.id, "pid": os.getpid(), "retries": task.request.retries}
-    client.rpush(f"events:{key}", json.dumps({"event": "start", "at": time.time(), **record}))
-    client.incr(f"runs:{key}")
-    # Who else is inside: added and read in one transaction, so that of two runs starting at
-    # once, the second sees the first. A process killed inside stays listed, but is not alive.
-    _, inside = (
-        client.pipeline().sadd(f"inside:{key}", os.getpid()).smembers(f"inside:{key}").execute()
-    )
-    if any(int(pid) != os.getpid() and _alive(int(pid)) for pid in inside):
-        client.incr(f"overlaps:{key}")
-    try:
-        if seconds:
-            client.blpop([f"go:{key}"], timeout=seconds)
-    finally:
-        client.srem(f"inside:{key}", os.getpid())
-        client.rpush(f"events:{key}", json.dumps({"event": "end", "at": time.time(), **record}))
-    return key
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    return run(key, seconds, task.request.id, task.request.retries)
 
 
 @app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=LEASE)

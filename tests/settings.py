@@ -4,6 +4,7 @@ The cache LOCATION is a placeholder: ``conftest.py`` starts a private redis-serv
 ``REDIS_URL``) and points CACHES at it for the whole session before any test runs.
 """
 
+import importlib.util
 import os
 import tempfile
 
@@ -21,6 +22,21 @@ INSTALLED_APPS = [
     "django_redis_lock",
     "tests.testapp",
 ]
+
+# Django's tasks framework (the django-tasks backport before Django 6.0): tasks guarded by
+# django_redis_lock.tasks, queued in the database and run by django-tasks-db's db_worker.
+if importlib.util.find_spec("django_tasks_db"):
+    if not importlib.util.find_spec("django.tasks"):
+        INSTALLED_APPS.append("django_tasks")
+    INSTALLED_APPS.append("django_tasks_db")
+    TASKS = {
+        "default": {
+            "BACKEND": "django_redis_lock.tasks.GuardedBackend",
+            "OPTIONS": {"INNER": "db"},
+        },
+        # "solo": for the workers a test starts (and kills) itself.
+        "db": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "solo"]},
+    }
 
 # A file, not :memory:, so that the processes of the multi-process tests share the test
 # database; they are told its name through DJANGO_REDIS_LOCK_TEST_DB.

@@ -7,6 +7,7 @@ leaves no worker behind), and writes its output to a log file that ``wait_for_lo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -81,10 +82,8 @@ class WorkerProcess:
         self.process.wait(10)
 
     def _kill_session(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def gone(pid: int) -> bool:

@@ -38,7 +38,9 @@ def configured(broker_url):
 
 @pytest.fixture(scope="module")
 def worker(configured, broker_url, redis_url, tmp_path_factory):
-    process = celery_worker(tmp_path_factory.mktemp("celery") / "worker.log", broker_url, redis_url)
+    process = celery_worker(
+        tmp_path_factory.mktemp("celery") / "worker.log", broker_url, redis_url
+    )
     process.start()
     yield process
     process.stop()
@@ -95,17 +97,20 @@ def test_fifty_concurrent_calls_publish_one_message_and_run_once(worker, redis_c
             thread.join(30)
     finally:
         celery_signals.before_task_publish.disconnect(count)
-    assert len(ids) == 50 and len(set(ids)) == 1
+    assert len(ids) == 50
+    assert len(set(ids)) == 1
     assert published == ids[:1]
     [run] = started(redis_client, key)
     assert run["id"] == ids[0]
     finish(redis_client, key)
     assert tasks.until_executed.AsyncResult(ids[0]).get(timeout=SOON) == key
-    assert runs(redis_client, key) == 1 and not redis_client.get(f"overlaps:{key}")
+    assert runs(redis_client, key) == 1
+    assert not redis_client.get(f"overlaps:{key}")
     # Done: the key is free, and the same call runs again.
     assert registry.get_lock(guard_name(tasks.until_executed, key)) is None
     again = tasks.until_executed.delay(key)
-    assert again.id != ids[0] and again.get(timeout=SOON) == key
+    assert again.id != ids[0]
+    assert again.get(timeout=SOON) == key
 
 
 def test_sigkill_of_the_running_process_frees_the_key(worker, redis_client, key):
@@ -151,7 +156,8 @@ def test_a_requeued_task_runs_again_once_the_dead_runs_lease_ends(worker, redis_
     assert starts[1]["at"] - starts[0]["at"] > tasks.LEASE * 0.5
     finish(redis_client, key)
     assert first.get(timeout=SOON) == key
-    assert runs(redis_client, key) == 2 and not redis_client.get(f"overlaps:{key}")
+    assert runs(redis_client, key) == 2
+    assert not redis_client.get(f"overlaps:{key}")
 
 
 def test_a_hard_time_limit_frees_the_key_right_after_it(worker, redis_client, key):
@@ -170,7 +176,9 @@ def test_a_task_revoked_before_it_runs_frees_its_key(worker, redis_client, key):
     result = tasks.until_executed.apply_async((key,), countdown=1)
     name = guard_name(tasks.until_executed, key)
     info = registry.get_lock(name)
-    assert info.job_id == result.id and info.queued and info.guard == "until_executed"
+    assert info.job_id == result.id
+    assert info.queued
+    assert info.guard == "until_executed"
     tasks.app.control.revoke(result.id)
     wait_until(lambda: registry.get_lock(name) is None, timeout=SOON, what="the key to be free")
     assert runs(redis_client, key) == 0
@@ -185,7 +193,8 @@ def test_a_task_revoked_and_terminated_while_it_runs_frees_its_key(worker, redis
     tasks.app.control.revoke(result.id, terminate=True)
     wait_until(lambda: registry.get_lock(name) is None, timeout=SOON, what="the key to be free")
     again = tasks.until_executed.delay(key)
-    assert again.id != result.id and again.get(timeout=SOON) == key
+    assert again.id != result.id
+    assert again.get(timeout=SOON) == key
 
 
 def test_retries_keep_the_key_and_release_it_once(worker, redis_client, key):
@@ -259,7 +268,8 @@ def test_a_whole_worker_killed_frees_the_key_within_a_lease(
     finally:
         second_worker.stop()
         first_worker.stop()
-    assert runs(redis_client, key) == 2 and not redis_client.get(f"overlaps:{key}")
+    assert runs(redis_client, key) == 2
+    assert not redis_client.get(f"overlaps:{key}")
 
 
 def test_a_late_finisher_never_deletes_its_successors_lock(worker, redis_client, key):
@@ -280,7 +290,8 @@ def test_a_late_finisher_never_deletes_its_successors_lock(worker, redis_client,
     wait_until(lambda: len(events(redis_client, key, "end")) == 1, what="the late finisher")
     worker.wait_for_log(f"Lost lock {name!r}", timeout=SOON)
     info = registry.get_lock(name)
-    assert info is not None and info.job_id == second.id  # untouched
+    assert info is not None
+    assert info.job_id == second.id
     finish(redis_client, key)
     assert second.get(timeout=SOON) == key
 
@@ -290,8 +301,10 @@ def test_on_duplicate_raise_names_the_task_in_the_way(worker, redis_client, key)
     with pytest.raises(DuplicateTask) as raised:
         tasks.refusing.delay(key)
     error = raised.value
-    assert error.task_id == first.id and error.task == tasks.refusing.name
-    assert error.ttl is not None and error.ttl > 3000  # queued: its queued timeout, an hour
+    assert error.task_id == first.id
+    assert error.task == tasks.refusing.name
+    assert error.ttl is not None
+    assert error.ttl > 3000
     assert first.id in str(error)
     started(redis_client, key)
     with pytest.raises(DuplicateTask) as raised:
@@ -335,10 +348,12 @@ def test_while_executing_reschedules_a_run_that_finds_another(worker, redis_clie
     assert runs(redis_client, key) == 1
     finish(redis_client, key)
     assert second.get(timeout=SOON) == key
-    assert runs(redis_client, key) == 2 and not redis_client.get(f"overlaps:{key}")
+    assert runs(redis_client, key) == 2
+    assert not redis_client.get(f"overlaps:{key}")
     starts = events(redis_client, key, "start")
     ends = events(redis_client, key, "end")
-    assert starts[1]["id"] == second.id and starts[1]["at"] >= ends[0]["at"]
+    assert starts[1]["id"] == second.id
+    assert starts[1]["at"] >= ends[0]["at"]
 
 
 def test_until_executing_frees_the_key_when_the_run_starts(worker, redis_client, key):
@@ -362,9 +377,11 @@ def test_until_and_while_executing_queues_one_and_runs_one(worker, redis_client,
     name = guard_name(tasks.until_and_while, key)
     wait_until(lambda: registry.get_lock(name) is None, what="the reservation to end")
     running = registry.get_lock(f"{name}:running")
-    assert running.job_id == first.id and running.guard == "until_and_while_executing"
+    assert running.job_id == first.id
+    assert running.guard == "until_and_while_executing"
     second = tasks.until_and_while.delay(key, 0)  # a second may wait in the queue now...
-    assert second is not None and second.id != first.id
+    assert second is not None
+    assert second.id != first.id
     assert second.get(timeout=SOON) is None  # ...but may not run beside the first: skipped
     finish(redis_client, key)
     assert first.get(timeout=SOON) == key
@@ -376,7 +393,8 @@ def test_the_cli_shows_the_task_and_its_guard(worker, redis_client, key):
     out = io.StringIO()
     call_command("redis_locks", "list", "--json", "--match", key, stdout=out)
     [record] = json.loads(out.getvalue())
-    assert record["job_id"] == first.id and record["queued"] is True
+    assert record["job_id"] == first.id
+    assert record["queued"] is True
     assert record["guard"] == "until_executed"
     assert record["label"] == f"Celery task {tasks.until_executed.name}"
     tasks.app.control.revoke(first.id)

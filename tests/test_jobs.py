@@ -24,18 +24,27 @@ def lease_key(name):
 def test_a_reservation_is_the_jobs_until_its_run_takes_it_over(redis_client):
     assert jobs.reserve("task:sync:42", JOB, ttl=60, label="sync", guard="until_executed").reserved
     info = registry.get_lock("task:sync:42")
-    assert (info.job_id, info.queued, info.guard, info.label) == (JOB, True, "until_executed", "sync")
+    assert (info.job_id, info.queued, info.guard, info.label) == (
+        JOB,
+        True,
+        "until_executed",
+        "sync",
+    )
     assert 59 < info.ttl <= 60  # a fixed lease: nobody renews a queued job's lock
     # Another job, and a plain lock, find it taken.
     other = jobs.reserve("task:sync:42", "another-job", ttl=60)
-    assert not other.reserved and other.holder.job_id == JOB and other.holder.queued
+    assert not other.reserved
+    assert other.holder.job_id == JOB
+    assert other.holder.queued
     assert not Lock("task:sync:42", wait=0).acquire()
     assert not Lock("task:sync:42", wait=0, job_id="another-job").acquire()
     # The job's run takes it over as if it were free, in one step: no gap for a duplicate.
     run = Lock("task:sync:42", timeout=30, job_id=JOB, guard="until_executed")
     assert run.acquire(wait=0)
     info = registry.get_lock("task:sync:42")
-    assert info.job_id == JOB and not info.queued and info.token == run.token
+    assert info.job_id == JOB
+    assert not info.queued
+    assert info.token == run.token
     assert info.guard == "until_executed"
     run.release()
     assert registry.get_lock("task:sync:42") is None
@@ -86,8 +95,15 @@ def test_a_pending_reservation_is_renamed_and_taken_over_by_the_run():
     assert early.acquire(wait=0)
     early.release()
     assert jobs.reserve("task:pending", pending, ttl=60).reserved
-    assert jobs.reserve("task:pending", JOB, ttl=60, replaces=pending).reserved
+    assert jobs.reserve("task:pending", JOB, ttl=60, takeover_from=pending).reserved
     assert registry.get_lock("task:pending").job_id == JOB
+    # A rename finds the run holding it (it took the pending one over): the hold stays.
+    assert jobs.reserve("task:pending", pending, ttl=60).reserved is False
+    run = Lock("task:pending", timeout=30, job_id=JOB)
+    assert run.acquire(wait=0)
+    assert not jobs.reserve("task:pending", JOB, ttl=60, takeover_from=pending).reserved
+    assert registry.get_lock("task:pending").token == run.token
+    run.release()
 
 
 def test_a_finished_jobs_result_answers_its_copies_and_nobody_else():
@@ -96,7 +112,8 @@ def test_a_finished_jobs_result_answers_its_copies_and_nobody_else():
     first.release(result=JOB.encode(), result_ttl=60)
     copy = Lock("task:done", timeout=30, job_id=JOB)
     claim = copy.claim(wait=0, want_result=True)
-    assert not claim.acquired and claim.result == JOB.encode()
+    assert not claim.acquired
+    assert claim.result == JOB.encode()
     other = Lock("task:done", timeout=30, job_id="another-job")
     claim = other.claim(wait=0, want_result=True)
     assert claim.acquired  # another job's result is not this one's
@@ -113,7 +130,8 @@ def test_a_copy_waiting_for_its_running_job_learns_that_it_finished():
     wait_until(lambda: registry.waiting("task:handoff") == 1, what="the copy to queue")
     first.release(result=JOB.encode(), result_ttl=60)  # hands the lock to the copy...
     waiter.join(10)
-    assert not claims[0].acquired and claims[0].result == JOB.encode()  # ...which gives it up
+    assert not claims[0].acquired
+    assert claims[0].result == JOB.encode()
     assert registry.get_lock("task:handoff") is None
 
 

@@ -18,16 +18,13 @@ __all__ = ["admit", "release_after"]
 logger = logging.getLogger("django_redis_lock")
 
 
-def admit(
-    guard: TaskGuard, names: GuardNames, job_id: str, *, ttl: float, replaces: str | None = None
-) -> Duplicate | None:
+def admit(guard: TaskGuard, names: GuardNames, job_id: str, *, ttl: float) -> Duplicate | None:
     """Reserve ``names.queue`` for the call ``job_id`` (or take it back: a retry of the same
     job); the duplicate it found otherwise. One round trip."""
     assert names.queue is not None
     reservation = jobs.reserve(
-        names.queue, job_id, ttl=ttl, label=guard.label, guard=guard.mode, using=guard.using,
-        replaces=replaces,
-    )  # fmt: skip
+        names.queue, job_id, ttl=ttl, label=guard.label, guard=guard.mode, using=guard.using
+    )
     if reservation.reserved:
         return None
     return Duplicate.of_holder(names.queue, reservation.holder)

@@ -1,0 +1,61 @@
+"""What the tasks of the real-worker tests did, written where the tests read it: the suite's
+Redis (``tests.settings``' cache, in the worker processes too).
+
+- ``events:<key>``: a list of JSON records, ``start`` and ``end`` of each run, with the task id,
+  the process, the retry count and the time;
+- ``runs:<key>``: how many runs started; ``inside:<key>``: the processes running one now;
+- ``overlaps:<key>``: runs that found another live process inside.
+
+A run lasts until ``seconds`` pass or the test pushes to ``go:<key>``, whichever is first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import redis
+from django.conf import settings
+
+__all__ = ["evidence", "run"]
+
+_evidence: redis.Redis | None = None
+
+
+def evidence() -> redis.Redis:
+    """A client of the suite's Redis, where the tasks say what they did."""
+    global _evidence
+    if _evidence is None:
+        _evidence = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+    return _evidence
+
+
+def run(key: str, seconds: float, task_id: str, retries: int = 0) -> str:
+    """One run of the task ``task_id`` under ``key``; returns ``key``."""
+    client = evidence()
+    record = {"id": task_id, "pid": os.getpid(), "retries": retries}
+    client.rpush(f"events:{key}", json.dumps({"event": "start", "at": time.time(), **record}))
+    client.incr(f"runs:{key}")
+    # Who else is inside: added and read in one transaction, so that of two runs starting at
+    # once, the second sees the first. A process killed inside stays listed, but is not alive.
+    _, inside = (
+        client.pipeline().sadd(f"inside:{key}", os.getpid()).smembers(f"inside:{key}").execute()
+    )
+    if any(int(pid) != os.getpid() and _alive(int(pid)) for pid in inside):
+        client.incr(f"overlaps:{key}")
+    try:
+        if seconds:
+            client.blpop([f"go:{key}"], timeout=seconds)
+    finally:
+        client.srem(f"inside:{key}", os.getpid())
+        client.rpush(f"events:{key}", json.dumps({"event": "end", "at": time.time(), **record}))
+    return key
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
