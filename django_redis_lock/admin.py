@@ -111,6 +111,9 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             )
         # By name: SCAN returns keys in no particular order, which may differ between reloads.
         rows = [(info, _age(info)) for info in sorted(items, key=lambda info: info.name)]
+        # The task and fencing columns only when a lock on the page has one: most have none.
+        show_tasks = any(info.job_id for info in items)
+        show_fences = any(info.fencing_token for info in items)
         context = self._context(
             request,
             "Locks held now",
@@ -121,6 +124,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             error=error,
             page_size=lock_settings.ADMIN_PAGE_SIZE,
             scanned=scanned,
+            show_tasks=show_tasks,
+            show_fences=show_fences,
         )
         return TemplateResponse(request, _TEMPLATES + "change_list.html", context)
 

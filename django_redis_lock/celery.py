@@ -102,7 +102,7 @@ class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
                 if hasattr(self, theirs):
                     raise TypeError(f"GuardedTask {self.name} has {theirs}=: use {ours}.")
             guard = self.__dict__["_task_guard"] = guards.TaskGuard(
-                self.name, self.run, label=f"Celery task {self.name}", guard=self.guard,
+                self.name, self.run, label="Celery task", guard=self.guard,
                 guard_key=self.guard_key, on_duplicate=self.on_duplicate,
                 guard_timeout=self.guard_timeout, guard_queued_timeout=self.guard_queued_timeout,
                 guard_using=self.guard_using,

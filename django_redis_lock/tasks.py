@@ -93,7 +93,7 @@ def guarded(
                 f"{type(task).__name__})."
             )
         policy = guards.TaskGuard(
-            task.module_path, task.func, label=f"django task {task.module_path}",
+            task.module_path, task.func, label="django task",
             skip_first_parameter=task.takes_context, **options,
         )  # fmt: skip
         backend = task.get_backend()

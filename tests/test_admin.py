@@ -289,3 +289,29 @@ def test_an_evicting_redis_is_named_above_the_list(viewer, settings, redis_serve
     page = viewer.get(CHANGELIST).content.decode()
     assert "may evict lock keys" in page
     assert "allkeys-lru" in page
+
+
+def test_task_guards_locks_show_their_task_and_guard(viewer):
+    from django_redis_lock import jobs
+
+    queued_id, running_id = "4f1c2b9e-queued", "8a0d7c3f-running"
+    assert jobs.reserve(
+        "task:shop.tasks.sync_customer:42", queued_id, ttl=600,
+        label="Celery task", guard="until_executed",
+    ).reserved  # fmt: skip
+    run = Lock("task:shop.tasks.sync_customer:43", timeout=30, job_id=running_id,
+               guard="until_executed", label="Celery task")  # fmt: skip
+    with run:
+        page = viewer.get(CHANGELIST).content.decode()
+        assert f'title="{queued_id}"' in page
+        assert "queued by " in page
+        assert "until_executed" in page
+        assert re.search(r"running</span>\s*<br>", page)
+        detail = viewer.get(DETAIL, {"name": "task:shop.tasks.sync_customer:42"})
+        text = detail.content.decode()
+        assert f"<code>{queued_id}</code>" in text
+        assert "<strong>queued</strong>" in text
+        assert "Queued by" in text
+        assert "one such task from queueing to the end of its run" in text
+        running = viewer.get(DETAIL, {"name": "task:shop.tasks.sync_customer:43"})
+        assert "<strong>running</strong>" in running.content.decode()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from django_redis_lock import Lock
+from django_redis_lock import Lock, jobs
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -78,12 +78,22 @@ def test_operator_releases_a_stuck_lock_in_the_browser(open_locks_page, tmp_path
     stuck = Lock("invoices:send", timeout=300, label="send_invoices (cron, web-2)")
     assert stuck.acquire()
     others = [Lock(f"checkout:order-{n}", timeout=60, label="checkout") for n in (41, 42)]
+    # A Celery task guard's: one task queued (its key kept for it), one running.
+    task = "Celery task"
+    queued = "5b0c6e1a-7d2f-4c8e-9a31-2f64b8d0c9e7"
+    jobs.reserve("task:shop.tasks.sync_customer:42", queued, ttl=3600, label=task,
+                 guard="until_executed")  # fmt: skip
+    others.append(Lock("task:shop.tasks.sync_customer:7", timeout=60, label=task,
+                       guard="until_executed", job_id="c41e9f02-3b6a-4d7e-8f15-6a2d9b7e0c58"))  # fmt: skip
     for other in others:
         other.acquire()
 
     page = open_locks_page()
     assert page.is_visible("text=invoices:send")
     assert page.is_visible("text=send_invoices (cron, web-2)")
+    assert page.locator("#result_list tr", has_text=":42").is_visible()
+    assert "queued" in page.locator("#result_list tr", has_text=":42").inner_text()
+    assert "until_executed" in page.locator("#result_list tr", has_text=":7").inner_text()
     screenshot = tmp_path / "admin-locks.png"
     page.screenshot(path=str(screenshot), full_page=True)
     page.emulate_media(color_scheme="dark")  # the admin's dark theme applies to it too
@@ -99,6 +109,14 @@ def test_operator_releases_a_stuck_lock_in_the_browser(open_locks_page, tmp_path
     page.screenshot(path=str(detail), full_page=True)
     page.go_back()
     page.wait_for_selector("#result_list")
+    page.click("#result_list >> text=task:shop.tasks.sync_customer:42")
+    page.wait_for_selector("#lock-detail")
+    assert page.is_visible(f"text={queued}")
+    assert page.is_visible("text=one such task from queueing to the end of its run")
+    task_detail = tmp_path / "admin-task-detail.png"
+    page.screenshot(path=str(task_detail), full_page=True)
+    page.go_back()
+    page.wait_for_selector("#result_list")
 
     row = page.locator("#result_list tr", has_text="invoices:send")
     row.locator("a.button", has_text="Release").click()
@@ -110,7 +128,7 @@ def test_operator_releases_a_stuck_lock_in_the_browser(open_locks_page, tmp_path
 
     assert not stuck.locked()
     assert all(other.owned() for other in others)
-    keep_screenshots(screenshot, dark, detail)
+    keep_screenshots(screenshot, dark, detail, task_detail)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -168,7 +168,8 @@ def run(*args):
 def test_cli_list_table_and_json():
     with Lock("cli:a", timeout=30, label="first"), Lock("cli:b", timeout=30):
         out, _ = run("list")
-        assert out.splitlines()[0].split() == ["NAME", "LABEL", "HOLDER", "AGE", "TTL", "FENCE"]
+        header = out.splitlines()[0].split()
+        assert header == ["NAME", "LABEL", "HOLDER", "TASK", "AGE", "TTL", "FENCE"]
         assert "cli:a" in out
         assert "first" in out
         out, _ = run("list", "--json", "--match", "cli:a")

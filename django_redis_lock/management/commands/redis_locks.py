@@ -42,6 +42,14 @@ def _age(info: registry.LockInfo) -> str:
     return f"{max(seconds, 0):.0f}s"
 
 
+def _job(info: registry.LockInfo) -> str:
+    """The task a lock is held for: its id, queued or running, and its guard's mode."""
+    if info.job_id is None:
+        return ""
+    state = "queued" if info.queued else "running"
+    return f"{info.job_id} {state}" + (f" ({info.guard})" if info.guard else "")
+
+
 class Command(BaseCommand):
     help = "List, show and force-release the Redis locks held right now."
 
@@ -82,12 +90,12 @@ class Command(BaseCommand):
             self._unread(missing, unreachable)
             return
         rows = [
-            (info.name, info.label or "", info.holder, _age(info),
+            (info.name, info.label or "", info.holder, _job(info), _age(info),
              f"{info.ttl:.1f}s" if info.expires else "never",
              str(info.fencing_token or ""))
             for info in locks
         ]  # fmt: skip
-        header = ("NAME", "LABEL", "HOLDER", "AGE", "TTL", "FENCE")
+        header = ("NAME", "LABEL", "HOLDER", "TASK", "AGE", "TTL", "FENCE")
         widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
         for row in [header, *rows]:
             cells = (str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
