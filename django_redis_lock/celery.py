@@ -45,19 +45,17 @@ from celery.utils import uuid
 from . import task_guards as guards
 from .conf import lock_settings
 from .exceptions import LockBackendError
+from .hints import check_names
 
 __all__ = ["GuardedTask"]
 
 logger = logging.getLogger("django_redis_lock")
 
-# Other task-uniqueness libraries' options, and what ours are.
-_THEIRS = {
-    "once": "guard='until_executed' (celery-once's QueueOnce), guard_key=, "
-    "on_duplicate='skip' for graceful, guard_queued_timeout= for its timeout",
-    "unique_on": "guard_key= (celery-singleton's unique_on)",
-    "lock_expiry": "guard_queued_timeout= (celery-singleton's lock_expiry)",
-    "raise_on_duplicate": "on_duplicate='raise' (celery-singleton's raise_on_duplicate)",
-}
+# Task options other uniqueness libraries use (hints.FAMILIAR says what ours are), and ours.
+_THEIRS = ("once", "unique_on", "lock_expiry", "raise_on_duplicate")
+_OPTIONS = frozenset(
+    ("guard", "guard_key", "on_duplicate", "guard_timeout", "guard_queued_timeout", "guard_using")
+)
 
 
 _COPY_REASONS = {
@@ -98,9 +96,9 @@ class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
         """This task's guard (its options, checked)."""
         guard = self.__dict__.get("_task_guard")
         if guard is None:
-            for theirs, ours in _THEIRS.items():
-                if hasattr(self, theirs):
-                    raise TypeError(f"GuardedTask {self.name} has {theirs}=: use {ours}.")
+            # Left from celery-once or celery-singleton: say which of ours it is.
+            check_names([name for name in _THEIRS if hasattr(self, name)],
+                        f"GuardedTask {self.name}", takes=_OPTIONS)  # fmt: skip
             guard = self.__dict__["_task_guard"] = guards.TaskGuard(
                 self.name, self.run, label="Celery task", guard=self.guard,
                 guard_key=self.guard_key, on_duplicate=self.on_duplicate,
@@ -286,15 +284,17 @@ def _seconds_until(moment: datetime.datetime) -> float:
 # -- the worker's main process: calls that ended without their run's own release -------------
 
 
-@signals.task_failure.connect(weak=False, dispatch_uid="django_redis_lock.celery.failure")
+@signals.task_failure.connect(weak=False, dispatch_uid="django_redis_lock.celery.failure")  # type: ignore[untyped-decorator]
 def _after_failure(
     sender: Any = None, task_id: str | None = None, exception: Any = None, args: Any = None,
     kwargs: Any = None, **ignored: Any,
 ) -> None:  # fmt: skip
     # Sent in the main process for a hard time limit and a lost worker process (whose run could
     # not release); in the child for any other failure, after the run released its key itself.
-    if isinstance(sender, GuardedTask) and isinstance(
-        exception, TimeLimitExceeded | WorkerLostError
+    if (
+        isinstance(sender, GuardedTask)
+        and task_id
+        and isinstance(exception, TimeLimitExceeded | WorkerLostError)
     ):
         why = "hit its hard time limit" if isinstance(exception, TimeLimitExceeded) else (
             "lost its worker process"
@@ -302,7 +302,7 @@ def _after_failure(
         sender.release_guard(task_id, args, kwargs, why)
 
 
-@signals.task_revoked.connect(weak=False, dispatch_uid="django_redis_lock.celery.revoked")
+@signals.task_revoked.connect(weak=False, dispatch_uid="django_redis_lock.celery.revoked")  # type: ignore[untyped-decorator]
 def _after_revoke(
     sender: Any = None, request: Any = None, terminated: bool = False, expired: bool = False,
     **ignored: Any,

@@ -31,6 +31,17 @@ FAMILIAR: dict[str, tuple[tuple[str, ...], str]] = {
     "method": (("methods",), "django-ratelimit's method"),
     "block": ((), "a duplicate submission gets 409, or waits up to wait= seconds"),
     "rate": ((), "this is a lock, not a rate limiter"),
+    # Task-uniqueness libraries (celery-once's QueueOnce, celery-singleton's Singleton).
+    "once": (
+        (),
+        "celery-once's options are ours: guard='until_executed', guard_key= for its keys, "
+        "on_duplicate='skip' for graceful, guard_queued_timeout= for its timeout",
+    ),
+    "unique_on": (("guard_key",), "celery-singleton's unique_on, as a template or callable"),
+    "lock_expiry": (("guard_queued_timeout",), "celery-singleton's lock_expiry, in seconds"),
+    "raise_on_duplicate": (("on_duplicate",), "on_duplicate='raise'"),
+    "graceful": (("on_duplicate",), "celery-once's graceful: on_duplicate='skip'"),
+    "keys": (("guard_key",), "celery-once's keys, as a template or callable"),
 }
 
 

@@ -120,9 +120,10 @@ def cancel(name: str, job_id: str, *, using: str | None = None) -> bool:
     waiter, if any, is handed the lock. One round trip."""
     keys, alias = _reservation_keys(name, using)
     try:
-        return run(_cancel_flow(keys, job_id), backend_of(alias)) == 0
+        code: int = run(_cancel_flow(keys, job_id), backend_of(alias))
     except RedisError as exc:
         raise _backend_error(name, "cancel the reservation of", exc) from exc
+    return code == 0
 
 
 async def acancel(name: str, job_id: str, *, using: str | None = None) -> bool:
@@ -130,9 +131,10 @@ async def acancel(name: str, job_id: str, *, using: str | None = None) -> bool:
     keys, alias = _reservation_keys(name, using)
     backend = async_backend_for(async_lock_client(alias))
     try:
-        return await arun(_cancel_flow(keys, job_id), backend) == 0
+        code: int = await arun(_cancel_flow(keys, job_id), backend)
     except RedisError as exc:
         raise _backend_error(name, "cancel the reservation of", exc) from exc
+    return code == 0
 
 
 def _reservation_keys(name: str, using: str | None) -> tuple[flows.LockKeys, str]:

@@ -99,9 +99,9 @@ class Lock(Holding):
                 raise TypeError(f"{flag} must be True or False, not {value!r}.")
         if auto_renew is not None and not isinstance(auto_renew, bool):
             raise TypeError(f"auto_renew must be True, False or None, not {auto_renew!r}.")
-        for text, value in (("label", label), ("guard", guard)):
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"{text} must be a str, not {type(value).__name__}.")
+        for text, given in (("label", label), ("guard", guard)):
+            if given is not None and not isinstance(given, str):
+                raise TypeError(f"{text} must be a str, not {type(given).__name__}.")
         if isinstance(using, list | tuple):
             using = checked_quorum(using)
         elif using is not None and (not isinstance(using, str) or not using):

@@ -33,8 +33,8 @@ import datetime
 import importlib.util
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.core import checks
@@ -45,15 +45,18 @@ from . import jobs, registry
 from . import task_guards as guards
 from .conf import lock_settings
 from .exceptions import LockBackendError
+from .hints import hinted
 
-if importlib.util.find_spec("django.tasks"):  # Django 6.0+
+# Django 6.0+ has django.tasks; before it, the django-tasks backport has the same API (typed
+# here as Django's).
+if TYPE_CHECKING or importlib.util.find_spec("django.tasks"):
     from django.tasks import task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskResult
-else:  # the django-tasks backport
-    from django_tasks import task_backends  # type: ignore[no-redef]
-    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
-    from django_tasks.base import Task, TaskContext, TaskResult  # type: ignore[no-redef]
+else:
+    from django_tasks import task_backends
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskContext, TaskResult
 
 __all__ = ["GuardedBackend", "guarded"]
 
@@ -69,6 +72,7 @@ _NONE: Any = object()
 _RENAME_WAIT = 1.0
 
 
+@hinted
 def guarded(
     *,
     guard: str = guards.UNTIL_EXECUTED,
@@ -178,7 +182,7 @@ def _guarded_function(
 
 
 def _not_run(
-    context: TaskContext | None, run: guards.GuardedRun, verdict: guards.Verdict,
+    context: TaskContext[Any, Any] | None, run: guards.GuardedRun, verdict: guards.Verdict,
     args: tuple[Any, ...], kwargs: dict[str, Any],
 ) -> None:  # fmt: skip
     """A run that does not run: it returns None (a duplicate that raises fails instead)."""
@@ -205,7 +209,7 @@ def _not_run(
     return None
 
 
-class GuardedBackend(BaseTaskBackend):  # type: ignore[misc]
+class GuardedBackend(BaseTaskBackend):
     """A task backend that keeps duplicates of ``@guarded`` tasks out of the queue, and hands
     everything else to the backend ``OPTIONS["INNER"]`` names (which queues and runs them)."""
 
@@ -233,16 +237,18 @@ class GuardedBackend(BaseTaskBackend):  # type: ignore[misc]
     def validate_task(self, task: Task[Any, Any]) -> None:
         self.inner.validate_task(task)
 
-    def get_result(self, result_id: str) -> TaskResult[Any]:
+    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         return self.inner.get_result(result_id)
 
-    async def aget_result(self, result_id: str) -> TaskResult[Any]:
+    async def aget_result(self, result_id: str) -> TaskResult[Any, Any]:
         return await self.inner.aget_result(result_id)
 
-    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
-        yield from self.inner.check(**kwargs)
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        return list(self.inner.check(**kwargs))
 
-    def enqueue(self, task: Task[Any, T], args: Any, kwargs: Any) -> TaskResult[T] | None:
+    def enqueue(  # type: ignore[override]  # None: a duplicate skipped (on_duplicate="skip")
+        self, task: Task[Any, T], args: Any, kwargs: Any
+    ) -> TaskResult[Any, T] | None:
         """Queue the call unless a duplicate of it is queued or running (then as its
         ``on_duplicate`` says: its TaskResult, ``DuplicateTask``, None, or queued for later)."""
         policy = guard_of(task)
@@ -262,7 +268,7 @@ class GuardedBackend(BaseTaskBackend):  # type: ignore[misc]
         if duplicate is not None:
             return self._duplicate(task, args, kwargs, policy, duplicate)
         try:
-            result = self.inner.enqueue(task, args, kwargs)
+            result: TaskResult[Any, T] = self.inner.enqueue(task, args, kwargs)
         except BaseException:
             jobs.cancel(names.queue, pending, using=policy.using)
             raise
@@ -276,13 +282,15 @@ class GuardedBackend(BaseTaskBackend):  # type: ignore[misc]
                          policy.task, result.id, error)  # fmt: skip
         return result
 
-    async def aenqueue(self, task: Task[Any, T], args: Any, kwargs: Any) -> TaskResult[T] | None:
+    async def aenqueue(  # type: ignore[override]  # as enqueue()
+        self, task: Task[Any, T], args: Any, kwargs: Any
+    ) -> TaskResult[Any, T] | None:
         return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
 
     def _duplicate(
         self, task: Task[Any, T], args: Any, kwargs: Any, policy: guards.TaskGuard,
         duplicate: guards.Duplicate,
-    ) -> TaskResult[T] | None:  # fmt: skip
+    ) -> TaskResult[Any, T] | None:  # fmt: skip
         if duplicate.task_id is not None and duplicate.task_id.startswith(jobs.PENDING_JOB):
             duplicate = _renamed(duplicate, policy)
         action = policy.on_duplicate

@@ -83,8 +83,9 @@ def test_operator_releases_a_stuck_lock_in_the_browser(open_locks_page, tmp_path
     queued = "5b0c6e1a-7d2f-4c8e-9a31-2f64b8d0c9e7"
     jobs.reserve("task:shop.tasks.sync_customer:42", queued, ttl=3600, label=task,
                  guard="until_executed")  # fmt: skip
+    running = "c41e9f02-3b6a-4d7e-8f15-6a2d9b7e0c58"
     others.append(Lock("task:shop.tasks.sync_customer:7", timeout=60, label=task,
-                       guard="until_executed", job_id="c41e9f02-3b6a-4d7e-8f15-6a2d9b7e0c58"))  # fmt: skip
+                       guard="until_executed", job_id=running))  # fmt: skip
     for other in others:
         other.acquire()
 
