@@ -29,6 +29,15 @@ def wait_for_exit(pid: int, timeout: float) -> bool:
         os.close(fd)
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie that nobody reaped yet does not)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "\nState:\tZ" not in status.read()
+    except FileNotFoundError:
+        return False
+
+
 def wait_until(predicate, timeout: float = 10.0, what: str = "condition", interval: float = 0.01):
     """Poll ``predicate`` until it returns something true, for at most ``timeout`` seconds;
     returns that value, or fails the test saying ``what`` never happened."""

@@ -18,6 +18,8 @@ import time
 import redis
 from django.conf import settings
 
+from tests.helpers import process_alive
+
 __all__ = ["evidence", "run"]
 
 _evidence: redis.Redis | None = None
@@ -42,7 +44,7 @@ def run(key: str, seconds: float, task_id: str, retries: int = 0) -> str:
     _, inside = (
         client.pipeline().sadd(f"inside:{key}", os.getpid()).smembers(f"inside:{key}").execute()
     )
-    if any(int(pid) != os.getpid() and _alive(int(pid)) for pid in inside):
+    if any(int(pid) != os.getpid() and process_alive(int(pid)) for pid in inside):
         client.incr(f"overlaps:{key}")
     try:
         if seconds:
@@ -51,11 +53,3 @@ def run(key: str, seconds: float, task_id: str, retries: int = 0) -> str:
         client.srem(f"inside:{key}", os.getpid())
         client.rpush(f"events:{key}", json.dumps({"event": "end", "at": time.time(), **record}))
     return key
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -86,15 +86,6 @@ class WorkerProcess:
             os.killpg(self.pid, signal.SIGKILL)
 
 
-def gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (a zombie that nobody reaped yet has)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return True
-    return "\nState:\tZ" in status
-
-
 def celery_worker(
     log_path: Path, broker_url: str, redis_url: str, *, name: str = "w1", queue: str = "celery",
     **env: str,

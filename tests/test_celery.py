@@ -19,8 +19,8 @@ from django.core.management import call_command
 
 from django_redis_lock import DuplicateTask, registry, task_duplicate_found
 from tests import celery_app as tasks
-from tests.helpers import wait_until
-from tests.task_workers import celery_worker, gone
+from tests.helpers import process_alive, wait_until
+from tests.task_workers import celery_worker
 
 pytestmark = pytest.mark.workers
 
@@ -252,7 +252,8 @@ def test_a_whole_worker_killed_frees_the_key_within_a_lease(
     first = tasks.until_executed.apply_async((key, 60), queue="whole")
     [run] = started(redis_client, key)
     first_worker.kill()  # SIGKILL to all its processes: nobody is left to free anything
-    wait_until(lambda: gone(run["pid"]), timeout=SOON, what="the pool's process to end")
+    wait_until(lambda: not process_alive(run["pid"]), timeout=SOON,
+               what="the pool's process to end")  # fmt: skip
     second_worker = celery_worker(
         tmp_path / "second.log", broker_url, redis_url, name="second", queue="whole"
     )

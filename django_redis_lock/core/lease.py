@@ -19,6 +19,7 @@ for a bare ``SET``, the server's when a script wrote it.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -52,13 +53,16 @@ RESERVED = "queued"
 PENDING_JOB = "pending."
 
 
+_NOT_IN_JOB_IDS = re.compile(r"[\s|~]")
+
+
 def job_id_checked(job_id: object) -> str:
     """``job_id`` if it can start a token (``TypeError`` / ``ValueError`` otherwise)."""
     if not isinstance(job_id, str):
         raise TypeError(
             f"job_id must be a str (a task's or job's id), not {type(job_id).__name__}."
         )
-    if not job_id or len(job_id) > 128 or any(c.isspace() or c in "|~" for c in job_id):
+    if not job_id or len(job_id) > 128 or _NOT_IN_JOB_IDS.search(job_id):
         raise ValueError(
             f"job_id must be 1-128 characters with no whitespace, '|' or '~', not {job_id!r}."
         )
