@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         print("failures, with a worker", flush=True)
         repetitions = {"ours": options.repetitions, "celery_once": options.others,
                        "celery_singleton": options.others}  # fmt: skip
-        outcome = scenarios(broker.url, locks.url, repetitions, options.bound, Path(logs.name))
+        outcome = scenarios(broker.url, locks.url, repetitions, options.bound, Path(logs))
     text = render(cost_rows, outcome, options.calls, options.bound, rtt,
                   time.monotonic() - started)  # fmt: skip
     options.output.write_text(text)

@@ -130,7 +130,7 @@ class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
         if run is not None and names.queue is not None:  # a retry from inside the run
             run.hand_back(names.queue)  # the key stays the task's, queued again
         try:
-            duplicate = guards.admit(guard, names, task_id, ttl=ttl)
+            duplicate = guards.admit(guard, names, task_id, ttl=ttl, again=republished)
         except LockBackendError as error:
             if not (republished or lock_settings.FAIL_OPEN):
                 raise

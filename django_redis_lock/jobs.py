@@ -16,8 +16,9 @@ when the job is revoked or expires before it runs.
     cancel("task:sync:42", task_id)     # it left the queue without running
 
 A reservation made for a job that already has the key (queued, or running: a retry of the job
-published from inside its run, or by its supervisor after the run's process died) takes it over:
-the key is the job's until its next run takes it, with no gap for a duplicate.
+published from inside its run, or by its supervisor after the run's process died) takes it over
+(``takeover_from``): the key is the job's until its next run takes it, with no gap for a
+duplicate.
 """
 
 from __future__ import annotations
@@ -69,15 +70,19 @@ def reserve(
     takeover_from: str | None = None,
 ) -> Reservation:
     """Take the lock ``name`` for the queued job ``job_id`` for ``ttl`` seconds, unless
-    another job has it; never waits. A lease of the job ``takeover_from`` is taken over: by
-    default ``job_id``'s own (a retry of the job, queued again from its run or after it died),
-    else a pending reservation's, now known to be this job's. One round trip. Raises
+    another job has it; never waits. ``takeover_from``: a job whose lease (reservation or
+    hold) is taken over as if the key were free: ``job_id`` itself for a job queued again (a
+    retry, from its run or after it died), or a pending reservation's id, now known to be
+    this job's. A new job's reservation is a bare ``SET NX`` (one round trip; a duplicate
+    costs a second, to read who has the key); one that takes over is one script. Raises
     ``LockBackendError`` when Redis cannot be reached."""
     job_id = job_id_checked(job_id)
     alias = using or lock_settings.CACHE_ALIAS
     keys = lock_keys(name, alias)
     lease = durations.seconds(ttl, "ttl")
-    takeover = (f"{job_id_checked(takeover_from or job_id)}{JOB_SEPARATOR}",)
+    takeover: tuple[str, ...] = ()
+    if takeover_from is not None:
+        takeover = (f"{job_id_checked(takeover_from)}{JOB_SEPARATOR}",)
     record = holds.owner_record(
         current_owner(), lease, label=label, guard=guard,
         name=None if readable_tag(name) else name,
@@ -92,8 +97,8 @@ def reserve(
         max_wait=0,
         clock=time.monotonic,
         # join.lua when replicas must confirm (take.lua has no WAIT); it never queues us with
-        # no time left to wait.
-        first="join" if replicas else "take",
+        # no time left to wait. Else a bare SET, or take.lua when it takes a lease over.
+        first="join" if replicas else "set",
         queues=quorum_members(alias) is None,
         takeover=takeover,
         retry_soon=Backend.retry_soon,

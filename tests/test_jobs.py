@@ -58,7 +58,8 @@ def test_a_job_reserving_again_takes_its_own_hold_back_to_the_queue():
     assert registry.get_lock("task:retry").token == token
     with pytest.raises(LockNotOwned):
         run.release()
-    assert jobs.reserve("task:retry", JOB, ttl=60).reserved
+    assert not jobs.reserve("task:retry", JOB, ttl=60).reserved  # a new job's: not over it
+    assert jobs.reserve("task:retry", JOB, ttl=60, takeover_from=JOB).reserved
     assert registry.get_lock("task:retry").queued
     again = Lock("task:retry", timeout=30, job_id=JOB)
     assert again.acquire(wait=0)
@@ -95,6 +96,7 @@ def test_a_pending_reservation_is_renamed_and_taken_over_by_the_run():
     assert early.acquire(wait=0)
     early.release()
     assert jobs.reserve("task:pending", pending, ttl=60).reserved
+    assert not jobs.reserve("task:pending", JOB, ttl=60).reserved  # not without takeover_from
     assert jobs.reserve("task:pending", JOB, ttl=60, takeover_from=pending).reserved
     assert registry.get_lock("task:pending").job_id == JOB
     # A rename finds the run holding it (it took the pending one over): the hold stays.

@@ -18,13 +18,17 @@ __all__ = ["admit", "release_after"]
 logger = logging.getLogger("django_redis_lock")
 
 
-def admit(guard: TaskGuard, names: GuardNames, job_id: str, *, ttl: float) -> Duplicate | None:
-    """Reserve ``names.queue`` for the call ``job_id`` (or take it back: a retry of the same
-    job); the duplicate it found otherwise. One round trip."""
+def admit(
+    guard: TaskGuard, names: GuardNames, job_id: str, *, ttl: float, again: bool = False
+) -> Duplicate | None:
+    """Reserve ``names.queue`` for the call ``job_id``; the duplicate it found otherwise.
+    ``again``: the job is queued again (a retry): a lease of its own is taken over. One round
+    trip (a duplicate of a new call: two)."""
     assert names.queue is not None
     reservation = jobs.reserve(
-        names.queue, job_id, ttl=ttl, label=guard.label, guard=guard.mode, using=guard.using
-    )
+        names.queue, job_id, ttl=ttl, label=guard.label, guard=guard.mode, using=guard.using,
+        takeover_from=job_id if again else None,
+    )  # fmt: skip
     if reservation.reserved:
         return None
     return Duplicate.of_holder(names.queue, reservation.holder)
