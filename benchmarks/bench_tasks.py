@@ -83,19 +83,30 @@ class Cost:
     p99_us: float
 
 
-def call_cost(call: Callable[[int], Any], calls: int) -> Cost:
-    """``call(i)`` ``calls`` times, after a warm-up."""
-    for index in range(50):
-        call(-index - 1)
-    trips = RoundTrips()
-    samples = []
-    with trips.counting():
-        for index in range(calls):
-            started = time.perf_counter()
-            call(index)
-            samples.append((time.perf_counter() - started) * 1e6)
-    samples.sort()
-    return Cost(trips.count / calls, statistics.median(samples), samples[int(calls * 0.99) - 1])
+def call_costs(
+    calls: dict[str, Callable[[int], Any]], count: int, block: int = 100
+) -> dict[str, Cost]:
+    """Each of ``calls`` (``call(i)``) ``count`` times, after a warm-up, in round-robin blocks
+    of ``block`` calls, so that a machine busier at one moment than another slows all alike."""
+    for call in calls.values():
+        for index in range(50):
+            call(-index - 1)
+    trips = {name: RoundTrips() for name in calls}
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for start in range(0, count, block):
+        for name, call in calls.items():
+            with trips[name].counting():
+                for index in range(start, min(start + block, count)):
+                    began = time.perf_counter()
+                    call(index)
+                    samples[name].append((time.perf_counter() - began) * 1e6)
+    costs = {}
+    for name, taken in samples.items():
+        taken.sort()
+        costs[name] = Cost(
+            trips[name].count / count, statistics.median(taken), taken[int(count * 0.99) - 1]
+        )
+    return costs
 
 
 # -- scenarios with a worker -------------------------------------------------------------------
@@ -218,23 +229,26 @@ def scenarios(
 # -- the report --------------------------------------------------------------------------------
 
 
-def costs(calls: int) -> dict[str, tuple[Cost, Cost | None] | str]:
+def costs(count: int) -> dict[str, tuple[Cost, Cost | None] | str]:
     import bench_tasks_app as bench_app
 
     rows: dict[str, tuple[Cost, Cost | None] | str] = {}
+    fresh: dict[str, Callable[[int], Any]] = {}
+    duplicates: dict[str, Callable[[int], Any]] = {}
+    run_id = uuid.uuid4().hex[:8]
     for name in ("plain", *LIBRARIES):
         task = bench_app.task_named(name)
         if task is None:
             rows[name] = "not installed"
             continue
-        run_id = uuid.uuid4().hex[:8]
-        fresh = call_cost(lambda i, t=task, r=run_id: t.delay(f"cost-{r}-{i}"), calls)
-        duplicate = None
+        fresh[name] = lambda i, t=task, n=name: t.delay(f"cost-{run_id}-{n}-{i}")
         if name != "plain":
-            task.delay(f"dup-{run_id}")
-            duplicate = call_cost(lambda i, t=task, r=run_id: t.delay(f"dup-{r}"), calls)
-        rows[name] = (fresh, duplicate)
-        print(f"  delay() {name}: {fresh} / duplicate {duplicate}", flush=True)
+            task.delay(f"dup-{run_id}-{name}")
+            duplicates[name] = lambda i, t=task, n=name: t.delay(f"dup-{run_id}-{n}")
+    new, again = call_costs(fresh, count), call_costs(duplicates, count)
+    for name, cost in new.items():
+        rows[name] = (cost, again.get(name))
+        print(f"  delay() {name}: {cost} / duplicate {again.get(name)}", flush=True)
     return rows
 
 
@@ -265,6 +279,10 @@ def render(
         f"another). Median PING round trip: {rtt:.1f} µs.",
         "",
         f"## delay(): {calls} calls each",
+        "",
+        "Taken in round-robin blocks of 100 calls per task, after 50 warm-up calls each; no",
+        "worker runs meanwhile. Round trips are counted on every redis-py connection of the",
+        "process.",
         "",
         "| task | round trips | median µs | p99 µs | duplicate: round trips | median µs |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -371,7 +389,9 @@ def main(argv: list[str] | None = None) -> int:
         print("failures, with a worker", flush=True)
         repetitions = {"ours": options.repetitions, "celery_once": options.others,
                        "celery_singleton": options.others}  # fmt: skip
-        outcome = scenarios(broker.url, locks.url, repetitions, options.bound, Path(logs))
+        outcome = {}
+        if options.repetitions or options.others:
+            outcome = scenarios(broker.url, locks.url, repetitions, options.bound, Path(logs))
     text = render(cost_rows, outcome, options.calls, options.bound, rtt,
                   time.monotonic() - started)  # fmt: skip
     options.output.write_text(text)
