@@ -71,6 +71,12 @@ def guard_name(task, key, suffix=""):
     return f"task:{task.name}:{key}{suffix}"
 
 
+def released_by(client, name):
+    """Who force-released ``name`` (the worker's main process says so right after it did)."""
+    return wait_until(lambda: client.lrange(f"force-released:{name}", 0, -1), timeout=SOON,
+                      what=f"the release of {name} to be recorded")  # fmt: skip
+
+
 def runs(client, key):
     return int(client.get(f"runs:{key}") or 0)
 
@@ -122,7 +128,7 @@ def test_sigkill_of_the_running_process_frees_the_key(worker, redis_client, key)
     # else's): its lease is 300 s, its queued timeout an hour.
     name = guard_name(tasks.long_lease, key)
     wait_until(lambda: registry.get_lock(name) is None, timeout=SOON, what="the key to be free")
-    assert redis_client.lrange(f"force-released:{name}", 0, -1) == [
+    assert released_by(redis_client, name) == [
         f"Celery: task {first.id} lost its worker process".encode()
     ]
     second = tasks.long_lease.delay(key)
@@ -167,13 +173,13 @@ def test_a_hard_time_limit_frees_the_key_right_after_it(worker, redis_client, ke
     name = guard_name(tasks.over_time, key)
     # Its lease is 300 s: only the worker's main process can have freed it this soon.
     wait_until(lambda: registry.get_lock(name) is None, timeout=SOON, what="the key to be free")
-    assert redis_client.lrange(f"force-released:{name}", 0, -1) == [
+    assert released_by(redis_client, name) == [
         f"Celery: task {result.id} hit its hard time limit".encode()
     ]
 
 
 def test_a_task_revoked_before_it_runs_frees_its_key(worker, redis_client, key):
-    result = tasks.until_executed.apply_async((key,), countdown=1)
+    result = tasks.until_executed.apply_async((key,), countdown=2)
     name = guard_name(tasks.until_executed, key)
     info = registry.get_lock(name)
     assert info.job_id == result.id
@@ -298,7 +304,7 @@ def test_a_late_finisher_never_deletes_its_successors_lock(worker, redis_client,
 
 
 def test_on_duplicate_raise_names_the_task_in_the_way(worker, redis_client, key):
-    first = tasks.refusing.delay(key, 30)
+    first = tasks.refusing.apply_async((key, 30), countdown=1)  # queued for a second
     with pytest.raises(DuplicateTask) as raised:
         tasks.refusing.delay(key)
     error = raised.value
@@ -323,7 +329,7 @@ def test_on_duplicate_skip_is_loud(worker, redis_client, key, caplog):
 
     task_duplicate_found.connect(on_duplicate)
     try:
-        first = tasks.skipping.delay(key, 30)
+        first = tasks.skipping.apply_async((key, 30), countdown=1)  # queued for a second
         with caplog.at_level(logging.WARNING, logger="django_redis_lock"):
             assert tasks.skipping.delay(key) is None
     finally:
@@ -358,7 +364,7 @@ def test_while_executing_reschedules_a_run_that_finds_another(worker, redis_clie
 
 
 def test_until_executing_frees_the_key_when_the_run_starts(worker, redis_client, key):
-    first = tasks.until_executing.delay(key, 30)
+    first = tasks.until_executing.apply_async((key, 30), countdown=1)  # queued for a second
     assert tasks.until_executing.delay(key).id == first.id  # queued: the same
     started(redis_client, key)
     name = guard_name(tasks.until_executing, key)
@@ -372,7 +378,7 @@ def test_until_executing_frees_the_key_when_the_run_starts(worker, redis_client,
 
 def test_until_and_while_executing_queues_one_and_runs_one(worker, redis_client, key):
     """(This task skips its duplicates.)"""
-    first = tasks.until_and_while.delay(key, 30)
+    first = tasks.until_and_while.apply_async((key, 30), countdown=1)  # queued for a second
     assert tasks.until_and_while.delay(key) is None  # one in the queue
     started(redis_client, key)
     name = guard_name(tasks.until_and_while, key)
