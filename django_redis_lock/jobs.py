@@ -42,6 +42,9 @@ from .records import LockInfo, lock_info
 
 __all__ = ["PENDING_JOB", "Reservation", "acancel", "cancel", "pending_job_id", "reserve"]
 
+# Tries of a reservation that finds the key taken, and then free when it reads who has it.
+_ATTEMPTS = 3
+
 
 @dataclass(frozen=True)
 class Reservation:
@@ -107,16 +110,18 @@ def reserve(
         replica_timeout_ms=max(1, int(lock_settings.REPLICA_TIMEOUT * 1000)),
         started=now,
     )
-    try:
-        outcome = run(flows.acquire(plan), backend_of(alias))
-    except (RedisError, flows.Unconfirmed) as exc:
-        raise _backend_error(name, "reserve", exc) from exc
-    if isinstance(outcome, flows.Acquired):
-        return Reservation(True)
-    assert isinstance(outcome, flows.NotAcquired)
-    if outcome.holder is None:
-        return Reservation(False)
-    return Reservation(False, lock_info(keys.lease, outcome.holder, outcome.pttl))
+    for _ in range(_ATTEMPTS):
+        try:
+            outcome = run(flows.acquire(plan), backend_of(alias))
+        except (RedisError, flows.Unconfirmed) as exc:
+            raise _backend_error(name, "reserve", exc) from exc
+        if isinstance(outcome, flows.Acquired):
+            return Reservation(True)
+        assert isinstance(outcome, flows.NotAcquired)
+        if outcome.holder is not None:
+            return Reservation(False, lock_info(keys.lease, outcome.holder, outcome.pttl))
+        # Taken when we tried, and free when we looked who had it: its lease had just ended.
+    return Reservation(False)
 
 
 def cancel(name: str, job_id: str, *, using: str | None = None) -> bool:
