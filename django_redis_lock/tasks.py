@@ -88,7 +88,8 @@ def guarded(
         "guard_timeout": guard_timeout, "guard_queued_timeout": guard_queued_timeout,
         "guard_using": guard_using,
     }  # fmt: skip
-    guards.TaskGuard("validate-options", _any, label="", **options)  # fail at once, not later
+    # Fail at once rather than later (the key's template is checked with the task).
+    guards.TaskGuard("validate-options", _any, label="", **{**options, "guard_key": None})
 
     def decorate(task: Task[Any, T]) -> Task[Any, T]:
         if not isinstance(task, Task):

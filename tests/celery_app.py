@@ -22,7 +22,7 @@ if not settings.configured:  # a worker process; the suite's own process is set 
 
 from celery import Celery, signals
 
-from django_redis_lock import lock_force_released, lock_released
+from django_redis_lock import lock_force_released, lock_released, registry, single_instance
 from django_redis_lock.celery import GuardedTask
 from tests.task_evidence import evidence, run
 
@@ -137,3 +137,13 @@ def _record_releases_in_workers(**kwargs: Any) -> None:
     whose tests count the keys they leave."""
     lock_released.connect(_record_release)
     lock_force_released.connect(_record_force_release)
+
+
+@app.task(bind=True)
+@single_instance("single:{key}")
+def single(self: Any, key: str, seconds: float = 0.0) -> str:
+    """A plain Celery task (no GuardedTask) guarded by @single_instance: its lock's token
+    starts with the task's id, which it records as ``single:<key>``."""
+    info = registry.get_lock(f"single:{key}")
+    evidence().rpush(f"single:{key}", info.job_id if info else "")
+    return _run(self, key, seconds)

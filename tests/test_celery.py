@@ -405,3 +405,15 @@ def test_the_cli_shows_the_task_and_its_guard(worker, redis_client, key):
     assert record["guard"] == "until_executed"
     assert record["label"] == "Celery task"
     tasks.app.control.revoke(first.id)
+
+
+def test_single_instance_in_a_celery_task_holds_its_lock_for_the_task_id(
+    worker, redis_client, key
+):
+    first = tasks.single.delay(key, 30)
+    started(redis_client, key)
+    assert redis_client.lrange(f"single:{key}", 0, -1) == [first.id.encode()]
+    assert tasks.single.delay(key, 0).get(timeout=SOON) is None  # the other process: skipped
+    worker.wait_for_log(f"Skipped {tasks.single.name}", timeout=SOON)
+    finish(redis_client, key)
+    assert first.get(timeout=SOON) == key

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +135,28 @@ def test_single_instance_options_are_checked():
         single_instance("x", on_busy="queue")
     with pytest.raises(TypeError, match="use wait="):
         single_instance("x", blocking_timeout=3)
+
+
+@pytest.mark.workers
+def test_an_rq_jobs_lock_token_starts_with_the_jobs_id(broker_url, redis_url, redis_client):
+    """A real RQ worker runs a job guarded by @single_instance: the lock it holds names it."""
+    rq = pytest.importorskip("rq")
+    import redis
+
+    from tests import rq_jobs
+
+    connection = redis.Redis.from_url(broker_url)
+    queue = rq.Queue("single-instance", connection=connection)
+    job = queue.enqueue(rq_jobs.record_my_lock, "k1")
+    worker = subprocess.run(
+        [str(Path(sys.executable).with_name("rq")), "worker", "--burst", "--url", broker_url,
+         "single-instance"],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
+             "DJANGO_REDIS_LOCK_TEST_REDIS_URL": redis_url},
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent,
+    )  # fmt: skip
+    assert worker.returncode == 0, worker.stderr
+    job.refresh()
+    assert job.return_value() == job.id
+    assert redis_client.lrange("rq-single:k1", 0, -1) == [job.id.encode()]
+    assert registry.get_lock("rq-single:k1") is None  # released when it ended

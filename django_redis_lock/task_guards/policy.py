@@ -22,6 +22,7 @@ import datetime
 import decimal
 import inspect
 import json
+import string
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -131,6 +132,8 @@ class TaskGuard:
             parameters = list(signature.parameters.values())[1:]
             signature = signature.replace(parameters=parameters)
         self.signature = signature
+        if isinstance(guard_key, str):
+            _check_template(guard_key, signature, task)
         if guard_key is None:
             self._key: Callable[..., str] = self._canonical
         else:
@@ -220,6 +223,27 @@ def _json(name: str, value: Any) -> str:
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=plain
     )
+
+
+def _check_template(template: str, signature: inspect.Signature, task: str) -> None:
+    """``ValueError`` now, rather than a ``KeyError`` at the first call, for a template that
+    names a parameter the task does not have."""
+    parameters = list(signature.parameters)
+    any_index = any(p.kind is p.VAR_POSITIONAL for p in signature.parameters.values())
+    try:
+        fields = [field for _, field, _, _ in string.Formatter().parse(template) if field]
+    except ValueError as exc:
+        raise ValueError(f"guard_key {template!r} of {task} is not a template: {exc}") from None
+    for field in fields:
+        first = field.split(".", 1)[0].split("[", 1)[0]
+        if first in parameters or (
+            first.isdigit() and (any_index or int(first) < len(parameters))
+        ):
+            continue
+        raise ValueError(
+            f"guard_key {template!r} of {task} names {first!r}, which is not one of its "
+            f"parameters ({', '.join(parameters) or 'none'})."
+        )
 
 
 class _Signed:
