@@ -34,7 +34,8 @@ if not settings.configured:
 from celery import Celery, Task
 
 from django_redis_lock.celery import GuardedTask
-from tests.task_evidence import run
+from tests.task_evidence import run_celery_task
+from tests.task_workers import redelivering
 
 #: The run's lease for ours: a run that died frees its key within it.
 LEASE = 2.0
@@ -53,30 +54,22 @@ app.conf.update(
     singleton_backend_url=LOCKS,
 )
 if os.environ.get("BENCH_VISIBILITY"):
-    app.conf.broker_transport_options = {
-        "visibility_timeout": float(os.environ["BENCH_VISIBILITY"]),
-        "unacked_restore_interval": 1,
-        "unacked_restore_throttle": 1,
-    }
-
-
-def _run(task: Any, key: str, seconds: float) -> str:
-    return run(key, seconds, task.request.id, task.request.retries)
+    app.conf.broker_transport_options = redelivering(float(os.environ["BENCH_VISIBILITY"]))
 
 
 @app.task(bind=True)
 def plain(self: Any, key: str, seconds: float = 0.0) -> str:
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)
 
 
 @app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=LEASE)
 def ours(self: Any, key: str, seconds: float = 0.0) -> str:
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)
 
 
 @app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=LEASE, acks_late=True)
 def ours_acks_late(self: Any, key: str, seconds: float = 0.0) -> str:
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)
 
 
 # The other libraries, where installed (make bench installs them; a missing one is n/a).
@@ -93,22 +86,22 @@ if QueueOnce is not None:
 
     @app.task(base=QueueOnce, bind=True, once={"graceful": True, "keys": ["key"]})
     def celery_once(self: Any, key: str, seconds: float = 0.0) -> str:
-        return _run(self, key, seconds)
+        return run_celery_task(self, key, seconds)
 
     @app.task(base=QueueOnce, bind=True, once={"graceful": True, "keys": ["key"]}, acks_late=True)
     def celery_once_acks_late(self: Any, key: str, seconds: float = 0.0) -> str:
-        return _run(self, key, seconds)
+        return run_celery_task(self, key, seconds)
 
 
 if Singleton is not None:
 
     @app.task(base=Singleton, bind=True, unique_on=["key"])
     def celery_singleton(self: Any, key: str, seconds: float = 0.0) -> str:
-        return _run(self, key, seconds)
+        return run_celery_task(self, key, seconds)
 
     @app.task(base=Singleton, bind=True, unique_on=["key"], acks_late=True)
     def celery_singleton_acks_late(self: Any, key: str, seconds: float = 0.0) -> str:
-        return _run(self, key, seconds)
+        return run_celery_task(self, key, seconds)
 
 
 def task_named(name: str) -> Task | None:

@@ -126,7 +126,7 @@ class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
         names = guard.names(args or (), kwargs or {})
         ttl = guard.queued_ttl(_delay(options), _expires_in(options))
         run = _runs.by_id.get(task_id)
-        republished = run is not None or options.get("retries", 0) > 0
+        republished = run is not None or (options.get("retries") or 0) > 0
         if run is not None and names.queue is not None:  # a retry from inside the run
             run.hand_back(names.queue)  # the key stays the task's, queued again
         try:
@@ -153,8 +153,8 @@ class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
             return super().apply_async(args, kwargs, task_id, *rest, **options)
         except BaseException:
             # Not queued: the key must not wait a whole queued timeout for a task that never
-            # comes (a reservation of a retry's own run is the same task's: left alone).
-            if names.queue is not None and not options.get("retries"):
+            # comes (nor for a retry that was not queued either).
+            if names.queue is not None:
                 guards.release_after(self.task_guard, names, task_id, "it could not be queued")
             raise
 
@@ -185,7 +185,7 @@ class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         guard = self.task_guard
         if not lock_settings.ENABLED:
-            return super().__call__(*args, **kwargs)
+            return self._body(*args, **kwargs)
         request = self.request
         job_id = None if request.called_directly else request.id
         run = guards.GuardedRun(guard, guard.names(args, kwargs), job_id)
@@ -195,11 +195,19 @@ class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
         if job_id is not None:
             _runs.by_id[job_id] = run
         try:
-            return super().__call__(*args, **kwargs)
+            return self._body(*args, **kwargs)
         finally:
             if job_id is not None:
                 _runs.by_id.pop(job_id, None)
             run.exit()
+
+    def _body(self, *args: Any, **kwargs: Any) -> Any:
+        """The task's own body. A worker (and eager mode) has pushed the task's request
+        already: ``Task.__call__`` would push another, without its id, on Celery versions that
+        do not guard against it (5.4, in eager mode); called directly, it pushes one."""
+        if self.request.called_directly:
+            return super().__call__(*args, **kwargs)
+        return self.run(*args, **kwargs)
 
     def _not_run(self, run: guards.GuardedRun, verdict: guards.Verdict, job_id: str | None) -> Any:
         guard = self.task_guard

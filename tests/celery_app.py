@@ -24,7 +24,8 @@ from celery import Celery, signals
 
 from django_redis_lock import lock_force_released, lock_released, registry, single_instance
 from django_redis_lock.celery import GuardedTask
-from tests.task_evidence import evidence, run
+from tests.task_evidence import evidence, run_celery_task
+from tests.task_workers import redelivering
 
 #: The lease of the guarded runs: short, so that a dead run frees its key soon.
 LEASE = 2.0
@@ -39,27 +40,19 @@ app.conf.update(
     result_expires=600,
 )
 if os.environ.get("DJANGO_REDIS_LOCK_TEST_VISIBILITY"):
-    # The Redis broker delivers a message again when it was not acknowledged within this many
-    # seconds, looking every second (its default looks far less often).
-    app.conf.broker_transport_options = {
-        "visibility_timeout": float(os.environ["DJANGO_REDIS_LOCK_TEST_VISIBILITY"]),
-        "unacked_restore_interval": 1,
-        "unacked_restore_throttle": 1,
-    }
-
-
-def _run(task: Any, key: str, seconds: float) -> str:
-    return run(key, seconds, task.request.id, task.request.retries)
+    app.conf.broker_transport_options = redelivering(
+        float(os.environ["DJANGO_REDIS_LOCK_TEST_VISIBILITY"])
+    )
 
 
 @app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=LEASE)
 def until_executed(self: Any, key: str, seconds: float = 0.0) -> str:
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)
 
 
 @app.task(base=GuardedTask, bind=True, guard="until_executing", guard_key="{key}")
 def until_executing(self: Any, key: str, seconds: float = 0.0) -> str:
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)
 
 
 @app.task(
@@ -67,7 +60,7 @@ def until_executing(self: Any, key: str, seconds: float = 0.0) -> str:
     on_duplicate="reschedule",
 )  # fmt: skip
 def while_executing(self: Any, key: str, seconds: float = 0.0) -> str:
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)
 
 
 @app.task(
@@ -75,44 +68,44 @@ def while_executing(self: Any, key: str, seconds: float = 0.0) -> str:
     guard_timeout=LEASE, on_duplicate="skip",
 )  # fmt: skip
 def until_and_while(self: Any, key: str, seconds: float = 0.0) -> str:
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)
 
 
 @app.task(base=GuardedTask, bind=True, guard_key="{key}", on_duplicate="raise")
 def refusing(self: Any, key: str, seconds: float = 0.0) -> str:
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)
 
 
 @app.task(base=GuardedTask, bind=True, guard_key="{key}", on_duplicate="skip")
 def skipping(self: Any, key: str, seconds: float = 0.0) -> str:
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)
 
 
 # Leases far longer than the tests: if the key is free soon after the run died, the worker's
 # main process freed it, not the lease's end.
 @app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=300)
 def long_lease(self: Any, key: str, seconds: float = 0.0) -> str:
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)
 
 
 @app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=300, time_limit=1)
 def over_time(self: Any, key: str, seconds: float = 30.0) -> str:
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)
 
 
 @app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=LEASE, max_retries=5)
 def flaky(self: Any, key: str, failures: int = 2, seconds: float = 0.0) -> str:
     """Fails ``failures`` times (a retry a second later each time), then runs as the others."""
     if self.request.retries < failures:
-        _run(self, key, 0)
+        run_celery_task(self, key, 0)
         raise self.retry(countdown=1)
-    _run(self, key, seconds)
+    run_celery_task(self, key, seconds)
     return "done"
 
 
 @app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=LEASE, acks_late=True)
 def acked_late(self: Any, key: str, seconds: float = 0.0) -> str:
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)
 
 
 @app.task(
@@ -120,7 +113,7 @@ def acked_late(self: Any, key: str, seconds: float = 0.0) -> str:
     reject_on_worker_lost=True,
 )  # fmt: skip
 def requeued_if_lost(self: Any, key: str, seconds: float = 0.0) -> str:
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)
 
 
 def _record_release(sender: Any, name: str, **kwargs: Any) -> None:
@@ -146,4 +139,4 @@ def single(self: Any, key: str, seconds: float = 0.0) -> str:
     starts with the task's id, which it records as ``single:<key>``."""
     info = registry.get_lock(f"single:{key}")
     evidence().rpush(f"single:{key}", info.job_id if info else "")
-    return _run(self, key, seconds)
+    return run_celery_task(self, key, seconds)

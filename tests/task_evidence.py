@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Any
 
 import redis
 from django.conf import settings
 
 from tests.helpers import process_alive
 
-__all__ = ["evidence", "run"]
+__all__ = ["evidence", "run", "run_celery_task"]
 
 _evidence: redis.Redis | None = None
 
@@ -53,3 +54,8 @@ def run(key: str, seconds: float, task_id: str, retries: int = 0) -> str:
         client.srem(f"inside:{key}", os.getpid())
         client.rpush(f"events:{key}", json.dumps({"event": "end", "at": time.time(), **record}))
     return key
+
+
+def run_celery_task(task: Any, key: str, seconds: float) -> str:
+    """:func:`run` for the Celery task ``task`` (bound: its request says who it is)."""
+    return run(key, seconds, task.request.id, task.request.retries)

@@ -86,6 +86,16 @@ class WorkerProcess:
             os.killpg(self.pid, signal.SIGKILL)
 
 
+def redelivering(seconds: float) -> dict[str, float]:
+    """A Redis broker's transport options that deliver a message again when it was not
+    acknowledged within ``seconds``, looking every second (its default looks far less often)."""
+    return {
+        "visibility_timeout": seconds,
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    }
+
+
 def celery_worker(
     log_path: Path, broker_url: str, redis_url: str, *, name: str = "w1", queue: str = "celery",
     **env: str,
