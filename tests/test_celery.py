@@ -232,10 +232,10 @@ def test_a_redelivered_copy_never_runs_beside_its_original(
     with the same task id, while the first delivery still runs (Celery #7918)."""
     import kombu
 
-    if tuple(int(part) for part in kombu.__version__.split(".")[:2]) < (5, 5):
+    if tuple(int(part) for part in kombu.__version__.split(".")[:2]) < (5, 7):
         pytest.skip(
             f"kombu {kombu.__version__} looks for unacknowledged messages about every 100 s "
-            "(5.5 made that a setting): too slow to wait for here"
+            "(5.7 made that a setting): too slow to wait for here"
         )
     worker = celery_worker(
         tmp_path / "worker.log", broker_url, redis_url, name="redelivery", queue="redelivery",
