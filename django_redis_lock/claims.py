@@ -9,7 +9,7 @@ from .connection import LockAlias
 from .core import flows
 from .core.lease import LockKeys
 from .exceptions import LockNotAcquired
-from .holds import Hold
+from .holds import Hold, OwnerRecords
 
 __all__ = ["Claim", "Pending", "Resolved", "Step"]
 
@@ -36,6 +36,7 @@ class Resolved:
     quorum: bool
     replicas: int  # that must confirm an acquisition (MIN_REPLICAS)
     replica_timeout_ms: int
+    records: OwnerRecords  # its acquisitions' owner records
 
 
 @dataclass(eq=False, slots=True)

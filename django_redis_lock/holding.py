@@ -4,7 +4,6 @@ sync and the async API, which differ only in how they run a flow (``locks.py``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import threading
@@ -54,7 +53,6 @@ class Holding:
     _resolved: Resolved | None
     _holds: weakref.WeakKeyDictionary[object, Hold]
     _state: threading.Lock
-    _records: weakref.WeakKeyDictionary[object, tuple[tuple[Any, ...], str]]
     _release_failed: bool
     _contended_at: float
 
@@ -107,34 +105,20 @@ class Holding:
                 lease, renew = self._timeout, bool(self._auto_renew)
             wait = self._wait if self._wait is not None else lock_settings.WAIT
             quorum = quorum_members(alias) is not None
+            records = holds.OwnerRecords(
+                label=self._label, guard=self._guard,
+                name=None if readable_tag(self._name) else self._name,  # else the key says it
+            )  # fmt: skip
             self._resolved = Resolved(
                 alias, lock_keys(self._name, alias), lease, renew, wait, quorum,
                 self._replicas(quorum), max(1, int(lock_settings.REPLICA_TIMEOUT * 1000)),
+                records,
             )  # fmt: skip
         return self._resolved
 
     def _alias_and_keys(self) -> tuple[LockAlias, LockKeys]:
         resolved = self._resolve()
         return resolved.alias, resolved.keys
-
-    def _owner_record(self, owner: object, lease: float) -> str:
-        # Built once per process, owner and lease: it is the same for every acquisition a
-        # long-lived Lock object makes from one thread (a thread may be renamed: checked too,
-        # cheaply, since this runs on every acquisition).
-        if isinstance(owner, asyncio.Task):
-            names: tuple[Any, ...] = (owner.get_name(), threading.current_thread().name)
-        else:
-            names = (getattr(owner, "name", None),)
-        key = (holds.pid, names, lease)
-        cached = self._records.get(owner)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        record = holds.owner_record(
-            owner, lease, label=self._label, guard=self._guard,
-            name=None if readable_tag(self._name) else self._name,
-        ).encode()  # fmt: skip
-        self._records[owner] = (key, record)
-        return record
 
     def _backend_error(self, action: str, exc: BaseException) -> LockBackendError:
         return reports.backend_error(self._name, action, exc, lock_settings.REPLICA_TIMEOUT)
@@ -165,7 +149,7 @@ class Holding:
             keys=resolved.keys,
             token=holds.new_token() if self._job_id is None else holds.job_token(self._job_id),
             lease_ms=durations.milliseconds(resolved.lease),
-            record=self._owner_record(owner, resolved.lease),
+            record=resolved.records.encoded(owner, resolved.lease),
             max_wait=resolved.wait if wait is None else wait,
             clock=time.monotonic,
             first=self._first_try(started, want_result, replicas, quorum),

@@ -28,6 +28,7 @@ __all__ = [
     "HOST",
     "Hold",
     "HoldWatch",
+    "OwnerRecords",
     "current_owner",
     "job_token",
     "new_token",
@@ -82,6 +83,33 @@ def owner_description(owner: object) -> dict[str, str]:
         return {"thread": threading.current_thread().name, "task": owner.get_name()}
     name = getattr(owner, "name", None)  # not getattr(..., str(owner)): repr() is costly
     return {"thread": name if name is not None else str(owner)}
+
+
+class OwnerRecords:
+    """The encoded owner records of one lock's acquisitions, built once per owner, process and
+    lease: the same for every acquisition a long-lived Lock object makes from one thread (a
+    thread may be renamed: checked too, cheaply, since this runs on every acquisition)."""
+
+    def __init__(self, *, label: str | None, name: str | None, guard: str | None) -> None:
+        self.label, self.name, self.guard = label, name, guard
+        self._cache: weakref.WeakKeyDictionary[object, tuple[tuple[Any, ...], str]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def encoded(self, owner: object, lease: float) -> str:
+        if isinstance(owner, asyncio.Task):
+            names: tuple[Any, ...] = (owner.get_name(), threading.current_thread().name)
+        else:
+            names = (getattr(owner, "name", None),)
+        key = (pid, names, lease)
+        cached = self._cache.get(owner)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        record = owner_record(
+            owner, lease, label=self.label, name=self.name, guard=self.guard
+        ).encode()
+        self._cache[owner] = (key, record)
+        return record
 
 
 def owner_record(

@@ -6,7 +6,7 @@ lock were free). In between no process holds it, so nobody renews it: a reservat
 lease, as long as a job may wait in its queue, after which it ends by itself (a job lost with
 its queue does not keep the key for ever).
 
-Its token is ``<job id>~queued`` (``holds.reservation_token``), the same in every process that
+Its token is ``<job id>~queued`` (``core/lease.py``), the same in every process that
 knows the job's id: the worker that runs the job, and the worker's supervisor, which cancels it
 when the job is revoked or expires before it runs.
 

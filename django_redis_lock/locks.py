@@ -122,9 +122,6 @@ class Lock(Holding):
         self._resolved = None
         self._holds: weakref.WeakKeyDictionary[object, Hold] = weakref.WeakKeyDictionary()
         self._state = threading.Lock()
-        self._records: weakref.WeakKeyDictionary[object, tuple[tuple[Any, ...], str]] = (
-            weakref.WeakKeyDictionary()
-        )
         # Set for good once a release through this object did not complete: from then on an
         # acquisition looks for one to finish first (_settle), which costs nothing until then.
         self._release_failed = False

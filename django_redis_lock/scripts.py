@@ -144,11 +144,11 @@ class Script:
 # anything is written (Lua does not roll back, so an expiry Redis refused after a write would
 # leave a key of ours without one); durations.py has checked them already, this is the last
 # line. lease_fields(): the parts of a lease value. server_time(): now, in ms and in µs.
-# job_of(): the job id a token starts with (holds.py), or nil. taken_over(): whether a lease value
-# starts with one of ARGV[first], ARGV[first + 1]...: a job's reservation, which the job's own
-# acquisition takes over as if the lock were free. done(): whether the guarded work's result
-# (KEYS' result key, read by the caller) answers this acquisition: any result with the 'd' flag,
-# with 'j' only one naming the acquiring token's job (a finished run of the same job).
+# job_of(): the job id a token starts with (core/lease.py), or nil. taken_over(): whether a
+# lease value starts with one of ARGV[first], ARGV[first + 1]...: a job's reservation, which the
+# job's own acquisition takes over as if the lock were free. done(): whether the guarded work's
+# result (KEYS' result key, read by the caller) answers this acquisition: any result with the
+# 'd' flag, with 'j' only one naming the acquiring token's job (a finished run of the job).
 _PRELUDE = f"""
 local QUEUE_TTL_MS, HANDOFF_MS = {QUEUE_TTL_MS}, {HANDOFF_MS}
 local function duration(value)

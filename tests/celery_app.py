@@ -71,6 +71,13 @@ def until_and_while(self: Any, key: str, seconds: float = 0.0) -> str:
     return run_celery_task(self, key, seconds)
 
 
+@app.task(
+    base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=LEASE, on_duplicate="reschedule"
+)  # fmt: skip
+def rescheduling(self: Any, key: str, seconds: float = 0.0) -> str:
+    return run_celery_task(self, key, seconds)
+
+
 @app.task(base=GuardedTask, bind=True, guard_key="{key}", on_duplicate="raise")
 def refusing(self: Any, key: str, seconds: float = 0.0) -> str:
     return run_celery_task(self, key, seconds)

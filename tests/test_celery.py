@@ -370,6 +370,20 @@ def test_while_executing_reschedules_a_run_that_finds_another(worker, redis_clie
     assert starts[1]["at"] >= ends[0]["at"]
 
 
+def test_until_executed_reschedules_a_duplicate_until_the_first_is_done(worker, redis_client, key):
+    first = tasks.rescheduling.delay(key, 30)
+    started(redis_client, key)
+    second = tasks.rescheduling.delay(key, 0)  # published for about a lease later
+    assert second.id != first.id
+    worker.wait_for_log(f"{tasks.rescheduling.name}[{second.id}] put off", timeout=SOON)
+    assert runs(redis_client, key) == 1  # the first still runs: put off again
+    finish(redis_client, key)
+    assert second.get(timeout=SOON) == key
+    starts, ends = events(redis_client, key, "start"), events(redis_client, key, "end")
+    assert [start["id"] for start in starts] == [first.id, second.id]
+    assert starts[1]["at"] >= ends[0]["at"]
+
+
 def test_until_executing_frees_the_key_when_the_run_starts(worker, redis_client, key):
     first = tasks.until_executing.apply_async((key, 30), countdown=1)  # queued for a second
     assert tasks.until_executing.delay(key).id == first.id  # queued: the same

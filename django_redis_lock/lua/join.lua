@@ -18,7 +18,7 @@
 --          so that the wait ends at once; 'j' as 'd', but only a result naming our token's job
 -- ARGV[6]  how long the queue may count us alive without hearing from us, ms
 -- ARGV[7...] optional: prefixes of lease values we take over as if the lock were free (our
---          job's reservation, holds.py)
+--          job's reservation, core/lease.py)
 --
 -- Returns {1, fence, pttl_ms, wake-up message or ''} when we hold the lease (taken now, or
 -- handed to us by a release), {0, pttl_ms, holder's lease value or false} when not,

@@ -11,7 +11,8 @@
 -- KEYS[5]  the guarded work's result
 -- ARGV[1]  the holder's token
 -- ARGV[2]  the token of the waiter we expect to be first ('' when unknown)
--- ARGV[3]  optional: the guarded work's result, kept for duplicates
+-- ARGV[3]  optional: the guarded work's result, kept for duplicates (a waiter that asked for it
+--          with the 'd' flag is told the work is done; with 'j', only when it names its job)
 -- ARGV[4]  with ARGV[3]: how long to keep it, ms
 --
 -- Returns {0} released, {-1} not ours (the lease ended or changed hands: nothing touched),

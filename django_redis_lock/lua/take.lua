@@ -11,7 +11,7 @@
 -- ARGV[4]  flags: 'f' give a fencing token; 'd' answer with the result (KEYS[2]) if there is one;
 --          'j' answer with it if it is our job's id (a run of our job finished already)
 -- ARGV[5...] optional: prefixes of lease values we take over as if the lock were free (our
---          job's reservation, holds.py)
+--          job's reservation, core/lease.py)
 --
 -- Returns {1, fence, pttl_ms, ''} when we hold the lease (taken now, or ours already),
 -- {0, pttl_ms, holder's lease value} when someone else holds it, {2, result} with the 'd' or

@@ -70,8 +70,9 @@ class GuardedRun:
                     verdict = self._judge(
                         self.lock.claim(self.guard.copy_wait(), want_result=True)
                     )
-            if self._ends_reservation(verdict):
-                jobs.cancel(self.names.queue, self.job_id, using=self.guard.using)  # type: ignore[arg-type]
+            ending = self._reservation_ending(verdict)
+            if ending is not None:
+                jobs.cancel(*ending, using=self.guard.using)
         except LockBackendError as error:
             return self._unguarded(error)
         return verdict
@@ -86,8 +87,9 @@ class GuardedRun:
                 if verdict is Verdict.ELSEWHERE:
                     claim = await self.lock.aclaim(self.guard.copy_wait(), want_result=True)
                     verdict = self._judge(claim)
-            if self._ends_reservation(verdict):
-                await jobs.acancel(self.names.queue, self.job_id, using=self.guard.using)  # type: ignore[arg-type]
+            ending = self._reservation_ending(verdict)
+            if ending is not None:
+                await jobs.acancel(*ending, using=self.guard.using)
         except LockBackendError as error:
             return self._unguarded(error)
         return verdict
@@ -104,15 +106,16 @@ class GuardedRun:
         self.duplicate = duplicate
         return Verdict.DUPLICATE
 
-    def _ends_reservation(self, verdict: Verdict) -> bool:
-        """Whether the job's reservation of a queue key of its own ends as the run starts: it
-        does unless the run is put off (it goes back to its queue, reservation and all)."""
-        return (
-            self.names.queue is not None
-            and self.names.queue != self.names.run
-            and self.job_id is not None
-            and not (verdict is Verdict.DUPLICATE and self.guard.on_duplicate == RESCHEDULE)
-        )
+    def _reservation_ending(self, verdict: Verdict) -> tuple[str, str] | None:
+        """The reservation (name, job) of a queue key of its own that ends as the run starts:
+        none unless the job has one, nor when the run is put off (it goes back to its queue,
+        reservation and all)."""
+        queue, job_id = self.names.queue, self.job_id
+        if queue is None or queue == self.names.run or job_id is None:
+            return None
+        if verdict is Verdict.DUPLICATE and self.guard.on_duplicate == RESCHEDULE:
+            return None
+        return queue, job_id
 
     def _unguarded(self, error: LockBackendError) -> Verdict:
         if not lock_settings.FAIL_OPEN:
