@@ -39,7 +39,7 @@ from typing import Any
 
 from billiard.exceptions import WorkerLostError
 from celery import Task, signals
-from celery.exceptions import Ignore, TimeLimitExceeded
+from celery.exceptions import Ignore, Reject, Retry, TimeLimitExceeded
 from celery.utils import uuid
 
 from . import task_guards as guards
@@ -56,12 +56,6 @@ _THEIRS = ("once", "unique_on", "lock_expiry", "raise_on_duplicate")
 _OPTIONS = frozenset(
     ("guard", "guard_key", "on_duplicate", "guard_timeout", "guard_queued_timeout", "guard_using")
 )
-
-
-_COPY_REASONS = {
-    guards.Verdict.FINISHED: "the broker delivered it again, and it ran already",
-    guards.Verdict.ELSEWHERE: "the broker delivered it again while it still runs elsewhere",
-}
 
 
 class _Runs(threading.local):
@@ -163,11 +157,8 @@ class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
         options: dict[str, Any],
     ) -> Any:  # fmt: skip
         guard = self.task_guard
-        action = guard.on_duplicate
-        if action == guards.RETURN_EXISTING and duplicate.task_id is None:
-            action = guards.RAISE  # held by something that is not a task: no result to give
-        guards.report(guard, duplicate, sender=type(self), task_id=None, phase="enqueue",
-                      action=action)  # fmt: skip
+        action = guards.decide(guard, duplicate, sender=GuardedTask, task_id=None,
+                               phase="enqueue")  # fmt: skip
         if action == guards.RETURN_EXISTING:
             return self.AsyncResult(duplicate.task_id)
         if action == guards.SKIP:
@@ -188,18 +179,35 @@ class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
             return self._body(*args, **kwargs)
         request = self.request
         job_id = None if request.called_directly else request.id
-        run = guards.GuardedRun(guard, guard.names(args, kwargs), job_id)
+        run = guards.GuardedRun(guard, guard.names(args, kwargs), job_id, self._copy_wait())
         verdict = run.enter()
         if verdict is not guards.Verdict.RUN:
             return self._not_run(run, verdict, job_id)
         if job_id is not None:
             _runs.by_id[job_id] = run
+        done = True
         try:
             return self._body(*args, **kwargs)
+        except (Retry, Reject) as going_back:
+            # Back to its queue, same id (a retry; a requeue): not done, or its next run
+            # would take itself for a copy of a run that finished.
+            done = isinstance(going_back, Reject) and not going_back.requeue
+            raise
         finally:
             if job_id is not None:
                 _runs.by_id.pop(job_id, None)
-            run.exit()
+            run.exit(done=done)
+
+    def _copy_wait(self) -> float | None:
+        """A copy of a running task waits for its original less long than its time limits: a
+        copy stopped by one would have its worker free the original's key."""
+        limits: list[float] = [
+            float(limit) for limit in (*(self.request.timelimit or ()), self.time_limit,
+                                       self.soft_time_limit) if limit
+        ]  # fmt: skip
+        if not limits:
+            return None
+        return max(0.0, min(self.task_guard.copy_wait(), min(limits) - 1.0))
 
     def _body(self, *args: Any, **kwargs: Any) -> Any:
         """The task's own body. A worker (and eager mode) has pushed the task's request
@@ -214,17 +222,13 @@ class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
         if verdict is not guards.Verdict.DUPLICATE:
             # A copy of this very task (same id), delivered again: it ran, or runs elsewhere.
             # Ignore: its message is acknowledged and the state the run stores is left alone.
-            copy = guards.Duplicate(run.names.run or "", job_id, False, None)
-            guards.report(guard, copy, sender=type(self), task_id=job_id, phase="run",
-                          action=guards.IGNORE, reason=_COPY_REASONS[verdict])  # fmt: skip
+            guards.ignore_copy(guard, run.names.run or "", job_id, sender=GuardedTask,
+                               finished=verdict is guards.Verdict.FINISHED)  # fmt: skip
             raise Ignore()
         duplicate = run.duplicate
         assert duplicate is not None
-        action = guard.on_duplicate
-        if action == guards.RETURN_EXISTING:
-            action = guards.SKIP  # a run has no result of another's to give
-        guards.report(guard, duplicate, sender=type(self), task_id=job_id, phase="run",
-                      action=action)  # fmt: skip
+        action = guards.decide(guard, duplicate, sender=GuardedTask, task_id=job_id,
+                               phase="run")  # fmt: skip
         if action == guards.RAISE:
             raise duplicate.error(guard)
         if action == guards.RESCHEDULE and job_id is not None:
@@ -240,9 +244,11 @@ class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
 
     # -- after a run that did not end by itself ------------------------------------------------
 
-    def release_guard(self, task_id: str, args: Any, kwargs: Any, why: str) -> None:
-        """Free what the task ``task_id`` (called with ``args`` and ``kwargs``) had: its
-        reservation and its run's hold, and nobody else's. Called in the worker's main
+    def release_guard(
+        self, task_id: str, args: Any, kwargs: Any, why: str, *, ran: str = "here"
+    ) -> None:
+        """Free what the task ``task_id`` (called with ``args`` and ``kwargs``) had, and
+        nobody else's (``ran``: see ``task_guards.release_after``). Called in the worker's main
         process when the task was revoked or expired, hit its hard time limit, or lost its
         worker process."""
         if not lock_settings.ENABLED or not task_id:
@@ -255,7 +261,7 @@ class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
                 "Task %s[%s]: no guard key for its arguments: %s", self.name, task_id, exc
             )
             return
-        guards.release_after(guard, names, task_id, f"Celery: task {task_id} {why}")
+        guards.release_after(guard, names, task_id, f"Celery: task {task_id} {why}", ran=ran)
 
 
 def _delay(options: dict[str, Any]) -> float:
@@ -304,10 +310,10 @@ def _after_failure(
         and task_id
         and isinstance(exception, TimeLimitExceeded | WorkerLostError)
     ):
-        why = "hit its hard time limit" if isinstance(exception, TimeLimitExceeded) else (
-            "lost its worker process"
-        )  # fmt: skip
-        sender.release_guard(task_id, args, kwargs, why)
+        if isinstance(exception, TimeLimitExceeded):
+            sender.release_guard(task_id, args, kwargs, "hit its hard time limit")
+        else:  # only its own run's hold: a copy of it may run elsewhere
+            sender.release_guard(task_id, args, kwargs, "lost its worker process", ran="dead here")
 
 
 @signals.task_revoked.connect(weak=False, dispatch_uid="django_redis_lock.celery.revoked")  # type: ignore[untyped-decorator]
@@ -316,7 +322,8 @@ def _after_revoke(
     **ignored: Any,
 ) -> None:  # fmt: skip
     if isinstance(sender, GuardedTask) and request is not None:
-        why = "expired" if expired else ("was revoked and terminated" if terminated else (
-            "was revoked"
-        ))  # fmt: skip
-        sender.release_guard(request.id, request.args, request.kwargs, why)
+        if terminated:  # every run of it, on every worker, was stopped
+            sender.release_guard(request.id, request.args, request.kwargs, "was terminated")
+        else:  # this message was dropped before it ran: its reservation, not a copy's hold
+            why = "expired" if expired else "was revoked"
+            sender.release_guard(request.id, request.args, request.kwargs, why, ran="nowhere")

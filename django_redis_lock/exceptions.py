@@ -106,9 +106,9 @@ class DuplicateTask(LockNotAcquired):
         self,
         name: str,
         *,
-        task: str,
-        task_id: str | None,
-        queued: bool,
+        task: str = "",
+        task_id: str | None = None,
+        queued: bool = False,
         ttl: float | None = None,
         owner: Mapping[str, Any] | None = None,
     ) -> None:
@@ -118,6 +118,10 @@ class DuplicateTask(LockNotAcquired):
         super().__init__(name, ttl=ttl, owner=owner)
 
     def _describe(self, name: str) -> str:
+        if not self.task:
+            # Rebuilt from its message alone (``DuplicateTask(message)``: a pickle, a task
+            # result backend): keep the message.
+            return name
         state = "queued" if self.queued else "running"
         message = f"Task {self.task} is {state} already"
         if self.task_id is not None:

@@ -35,6 +35,7 @@ __all__ = [
     "owner_description",
     "owner_record",
     "pid",
+    "process_alive",
     "reentrant_holds",
 ]
 
@@ -60,6 +61,25 @@ def new_token() -> str:
         chunk = bytes(_random[-12:])
         del _random[-12:]
     return base64.urlsafe_b64encode(chunk).decode()
+
+
+def process_alive(pid: int | None) -> bool:
+    """Whether process ``pid`` of this machine runs (a zombie not reaped yet does not)."""
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "\nState:\tZ" not in status.read()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (not Linux): ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
 
 def job_token(job_id: str) -> str:

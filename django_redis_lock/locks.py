@@ -172,7 +172,9 @@ class Lock(Holding):
     def claim(self, wait: float | None = None, *, want_result: bool = False) -> Claim:
         """:meth:`acquire`, telling why not. With ``want_result``, an acquisition gives up as
         soon as the guarded work's result is there (left by ``release(result=...)``): the
-        duplicate-submission and run-once guards are built on it."""
+        duplicate-submission and run-once guards are built on it. For a lock held for a job
+        (``job_id``), only a result that is the job's id counts: a run of the same job that
+        finished (the task guards leave it)."""
         if self._release_failed:
             self._settle()
         pending = self._prepare(wait, want_result)

@@ -146,9 +146,10 @@ class Script:
 # line. lease_fields(): the parts of a lease value. server_time(): now, in ms and in µs.
 # job_of(): the job id a token starts with (core/lease.py), or nil. taken_over(): whether a
 # lease value starts with one of ARGV[first], ARGV[first + 1]...: a job's reservation, which the
-# job's own acquisition takes over as if the lock were free. done(): whether the guarded work's
-# result (KEYS' result key, read by the caller) answers this acquisition: any result with the
-# 'd' flag, with 'j' only one naming the acquiring token's job (a finished run of the job).
+# job's own acquisition takes over as if the lock were free. wants_result(): whether the flags
+# ask for the guarded work's result; done(): whether that result (read by the caller) answers
+# this acquisition: any result with the 'd' flag, with 'j' only one naming the acquiring
+# token's job (a finished run of the job).
 _PRELUDE = f"""
 local QUEUE_TTL_MS, HANDOFF_MS = {QUEUE_TTL_MS}, {HANDOFF_MS}
 local function duration(value)
@@ -178,6 +179,9 @@ local function taken_over(value, first)
     if string.sub(value, 1, #ARGV[i]) == ARGV[i] then return true end
   end
   return false
+end
+local function wants_result(flags)
+  return string.find(flags, 'd', 1, true) or string.find(flags, 'j', 1, true)
 end
 local function done(flags, result, token)
   if not result then return false end

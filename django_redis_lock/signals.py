@@ -16,8 +16,8 @@ keyword arguments:
                          queued or running task's id, or None), queued (bool: that one waits in
                          its queue), phase ("enqueue" or "run"), action (what was done: an
                          ``on_duplicate`` value, or "ignore" for a copy of a task that runs or
-                         ran already): a task guard found a duplicate (sent with the task's
-                         class, ``GuardedTask`` or ``GuardedBackend``, as sender)
+                         ran already): a task guard found a duplicate (sent with
+                         ``sender=GuardedTask``, or ``GuardedBackend`` for django.tasks)
 
 Receivers run in the thread that sends: ``lock_lost`` usually comes from the renewal thread.
 """

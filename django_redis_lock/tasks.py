@@ -53,10 +53,12 @@ if TYPE_CHECKING or importlib.util.find_spec("django.tasks"):
     from django.tasks import task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskResult
+    from django.tasks.exceptions import TaskResultDoesNotExist
 else:
     from django_tasks import task_backends
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import Task, TaskContext, TaskResult
+    from django_tasks.exceptions import TaskResultDoesNotExist
 
 __all__ = ["GuardedBackend", "guarded"]
 
@@ -93,6 +95,12 @@ def guarded(
 
     def decorate(task: Task[Any, T]) -> Task[Any, T]:
         if not isinstance(task, Task):
+            if type(task).__module__.startswith("django_tasks."):
+                raise TypeError(
+                    "@guarded(...) got a Task of the django-tasks backport: this Django has "
+                    "django.tasks, which the guards use; define the task with "
+                    "django.tasks.task."
+                )
             raise TypeError(
                 f"@guarded(...) guards a Task: put it above @task, not below it (it got "
                 f"{type(task).__name__})."
@@ -142,7 +150,8 @@ def _guarded_function(
         elif not isinstance(context, TaskContext):  # a direct call's first argument
             args, context = (context, *args), None
         job_id = None if context is None else str(context.task_result.id)
-        run = guards.GuardedRun(policy, policy.names(args, kwargs), job_id)
+        # A run put off is queued again as a new task: its reservation does not go with it.
+        run = guards.GuardedRun(policy, policy.names(args, kwargs), job_id, requeued_as_is=False)
         call_args = (context, *args) if takes_context and context is not None else args
         return run, context, args, call_args
 
@@ -154,7 +163,10 @@ def _guarded_function(
                 return await func(*call_args, **kwargs)
             verdict = await run.aenter()
             if verdict is not guards.Verdict.RUN:
-                return _not_run(context, run, verdict, args, kwargs)
+                later = _not_run(context, run, verdict)
+                if later is not None:
+                    await later.aenqueue(*args, **kwargs)
+                return None
             try:
                 return await func(*call_args, **kwargs)
             finally:
@@ -169,7 +181,10 @@ def _guarded_function(
                 return func(*call_args, **kwargs)
             verdict = run.enter()
             if verdict is not guards.Verdict.RUN:
-                return _not_run(context, run, verdict, args, kwargs)
+                later = _not_run(context, run, verdict)
+                if later is not None:
+                    later.enqueue(*args, **kwargs)
+                return None
             try:
                 return func(*call_args, **kwargs)
             finally:
@@ -183,30 +198,26 @@ def _guarded_function(
 
 
 def _not_run(
-    context: TaskContext[Any, Any] | None, run: guards.GuardedRun, verdict: guards.Verdict,
-    args: tuple[Any, ...], kwargs: dict[str, Any],
-) -> None:  # fmt: skip
-    """A run that does not run: it returns None (a duplicate that raises fails instead)."""
+    context: TaskContext[Any, Any] | None, run: guards.GuardedRun, verdict: guards.Verdict
+) -> Task[Any, Any] | None:
+    """A run that does not run: it returns None (a duplicate that raises fails instead). The
+    task to queue for later when it is put off (``reschedule``): straight to the backend that
+    ran it, since a run put off is no new call to hold back."""
     policy, job_id = run.guard, run.job_id
     if verdict is not guards.Verdict.DUPLICATE:  # this very task, run or running elsewhere
-        copy = guards.Duplicate(run.names.run or "", job_id, False, None)
-        guards.report(policy, copy, sender=GuardedBackend, task_id=job_id, phase="run",
-                      action=guards.IGNORE,
-                      reason="another run of it ran or runs already")  # fmt: skip
+        guards.ignore_copy(policy, run.names.run or "", job_id, sender=GuardedBackend,
+                           finished=verdict is guards.Verdict.FINISHED)  # fmt: skip
         return None
     duplicate = run.duplicate
     assert duplicate is not None
-    action = guards.SKIP if policy.on_duplicate == guards.RETURN_EXISTING else (
-        policy.on_duplicate
-    )  # fmt: skip
-    guards.report(policy, duplicate, sender=GuardedBackend, task_id=job_id, phase="run",
-                  action=action)  # fmt: skip
+    action = guards.decide(policy, duplicate, sender=GuardedBackend, task_id=job_id,
+                           phase="run")  # fmt: skip
     if action == guards.RAISE:
         raise duplicate.error(policy)
     if action == guards.RESCHEDULE and context is not None:
-        # Straight to the backend that ran it: a run put off is no new call to hold back.
         later = timezone.now() + datetime.timedelta(seconds=duplicate.reschedule_delay(policy))
-        context.task_result.task.using(run_after=later).enqueue(*args, **kwargs)
+        task: Task[Any, Any] = context.task_result.task.using(run_after=later)
+        return task
     return None
 
 
@@ -260,7 +271,7 @@ class GuardedBackend(BaseTaskBackend):
         pending = jobs.pending_job_id()
         ttl = policy.queued_ttl(_delay(task))
         try:
-            duplicate = guards.admit(policy, names, pending, ttl=ttl)
+            duplicate = self._admit(policy, names.queue, pending, ttl)
         except LockBackendError as error:
             if not lock_settings.FAIL_OPEN:
                 raise
@@ -274,9 +285,9 @@ class GuardedBackend(BaseTaskBackend):
             jobs.cancel(names.queue, pending, using=policy.using)
             raise
         try:  # the reservation takes the task's id (unless its run took it over already)
-            jobs.reserve(
-                names.queue, str(result.id), ttl=ttl, label=policy.label, guard=policy.mode,
-                using=policy.using, takeover_from=pending,
+            jobs.rename(
+                names.queue, pending, str(result.id), ttl=ttl, label=policy.label,
+                guard=policy.mode, using=policy.using,
             )  # fmt: skip
         except LockBackendError as error:
             logger.error("Task %s[%s]: its reservation keeps a pending id: %s",
@@ -288,18 +299,44 @@ class GuardedBackend(BaseTaskBackend):
     ) -> TaskResult[Any, T] | None:
         return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
 
+    def _admit(
+        self, policy: guards.TaskGuard, name: str, pending: str, ttl: float
+    ) -> guards.Duplicate | None:
+        """``guards.admit``, passing over a reservation for a task that does not exist: its
+        queueing was rolled back with the database transaction it was made in (the inner
+        backend's row goes with it; the Redis key does not), or its row was deleted."""
+        names = guards.GuardNames(name, None)
+        duplicate = guards.admit(policy, names, pending, ttl=ttl)
+        if duplicate is None:
+            return None
+        task_id = duplicate.task_id
+        if task_id and task_id.startswith(jobs.PENDING_JOB):
+            return _renamed(duplicate, policy)
+        if not (duplicate.queued and task_id and self.supports_get_result):
+            return duplicate
+        if self._exists(task_id):
+            return duplicate
+        logger.info("Task %s: %s kept %r for a task that does not exist; passed over",
+                    policy.task, task_id, name)  # fmt: skip
+        jobs.cancel(name, task_id, using=policy.using)
+        return guards.admit(policy, names, pending, ttl=ttl)
+
+    def _exists(self, result_id: str) -> bool:
+        try:
+            self.inner.get_result(result_id)
+        except TaskResultDoesNotExist:
+            return False
+        return True
+
     def _duplicate(
         self, task: Task[Any, T], args: Any, kwargs: Any, policy: guards.TaskGuard,
         duplicate: guards.Duplicate,
     ) -> TaskResult[Any, T] | None:  # fmt: skip
-        if duplicate.task_id is not None and duplicate.task_id.startswith(jobs.PENDING_JOB):
-            duplicate = _renamed(duplicate, policy)
-        action = policy.on_duplicate
-        pending = duplicate.task_id is None or duplicate.task_id.startswith(jobs.PENDING_JOB)
-        if action == guards.RETURN_EXISTING and (pending or not self.supports_get_result):
-            action = guards.RAISE  # no TaskResult to answer with
-        guards.report(policy, duplicate, sender=type(self), task_id=None, phase="enqueue",
-                      action=action)  # fmt: skip
+        answerable = self.supports_get_result and not (duplicate.task_id or "").startswith(
+            jobs.PENDING_JOB
+        )
+        action = guards.decide(policy, duplicate, sender=GuardedBackend, task_id=None,
+                               phase="enqueue", answerable=answerable)  # fmt: skip
         if action == guards.RETURN_EXISTING:
             assert duplicate.task_id is not None
             return self.inner.get_result(duplicate.task_id)

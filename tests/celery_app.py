@@ -110,6 +110,18 @@ def flaky(self: Any, key: str, failures: int = 2, seconds: float = 0.0) -> str:
     return "done"
 
 
+@app.task(
+    base=GuardedTask, bind=True, guard="while_executing", guard_key="{key}", guard_timeout=LEASE,
+    max_retries=5,
+)  # fmt: skip
+def flaky_while(self: Any, key: str, failures: int = 2) -> str:
+    """``flaky``, guarded while it runs only."""
+    run_celery_task(self, key, 0)
+    if self.request.retries < failures:
+        raise self.retry(countdown=1)
+    return "done"
+
+
 @app.task(base=GuardedTask, bind=True, guard_key="{key}", guard_timeout=LEASE, acks_late=True)
 def acked_late(self: Any, key: str, seconds: float = 0.0) -> str:
     return run_celery_task(self, key, seconds)

@@ -36,6 +36,17 @@ if importlib.util.find_spec("django_tasks_db"):
         },
         # "solo": for the workers a test starts (and kills) itself.
         "db": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "solo"]},
+        # Runs a task as it is queued, in the queueing process.
+        "immediate": {
+            "BACKEND": "django_redis_lock.tasks.GuardedBackend",
+            "OPTIONS": {"INNER": "immediate-inner"},
+        },
+        "immediate-inner": {
+            "BACKEND": (
+                "django.tasks" if importlib.util.find_spec("django.tasks") else "django_tasks"
+            )
+            + ".backends.immediate.ImmediateBackend"
+        },
     }
 
 # A file, not :memory:, so that the processes of the multi-process tests share the test

@@ -6,7 +6,8 @@ Redis (``tests.settings``' cache, in the worker processes too).
 - ``runs:<key>``: how many runs started; ``inside:<key>``: the processes running one now;
 - ``overlaps:<key>``: runs that found another live process inside.
 
-A run lasts until ``seconds`` pass or the test pushes to ``go:<key>``, whichever is first.
+A run lasts until ``seconds`` pass or the test pushes to ``go:<key>`` (any run of the key), or
+``go:<key>:<task id>`` (that run), whichever is first.
 """
 
 from __future__ import annotations
@@ -48,8 +49,13 @@ def run(key: str, seconds: float, task_id: str, retries: int = 0) -> str:
     if any(int(pid) != os.getpid() and process_alive(int(pid)) for pid in inside):
         client.incr(f"overlaps:{key}")
     try:
-        if seconds:
-            client.blpop([f"go:{key}"], timeout=seconds)
+        # In slices: redis-py gives up on a reply after its socket timeout (5 s by default).
+        deadline = time.monotonic() + seconds
+        go = [f"go:{key}:{task_id}", f"go:{key}"] if task_id else [f"go:{key}"]
+        while seconds and time.monotonic() < deadline:
+            slice_ = min(1.0, max(deadline - time.monotonic(), 0.01))
+            if client.blpop(go, timeout=slice_):
+                break
     finally:
         client.srem(f"inside:{key}", os.getpid())
         client.rpush(f"events:{key}", json.dumps({"event": "end", "at": time.time(), **record}))

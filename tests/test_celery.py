@@ -225,6 +225,13 @@ def test_retries_keep_the_key_and_release_it_once(worker, redis_client, key):
     assert redis_client.llen(f"force-released:{name}") == 0
 
 
+def test_while_executing_retries_run_again(worker, redis_client, key):
+    """The run that retries leaves no 'finished' mark: its retry (same id) runs."""
+    result = tasks.flaky_while.delay(key)
+    assert result.get(timeout=SOON) == "done"
+    assert [start["retries"] for start in events(redis_client, key, "start")] == [0, 1, 2]
+
+
 def test_a_redelivered_copy_never_runs_beside_its_original(
     configured, broker_url, redis_url, redis_client, tmp_path, key
 ):
@@ -245,7 +252,7 @@ def test_a_redelivered_copy_never_runs_beside_its_original(
     try:
         result = tasks.acked_late.apply_async((key, 6), queue="redelivery")
         started(redis_client, key)
-        worker.wait_for_log("delivered it again while it still runs", timeout=SOON)
+        worker.wait_for_log("another run of it still runs elsewhere", timeout=SOON)
         finish(redis_client, key)
         assert result.get(timeout=SOON) == key
         wait_until(lambda: not redis_client.scard(f"inside:{key}"), what="the run to end")
@@ -300,7 +307,7 @@ def test_a_late_finisher_never_deletes_its_successors_lock(worker, redis_client,
         assert registry.get_lock(name).job_id == second.id
     finally:
         os.kill(run["pid"], signal.SIGCONT)
-    redis_client.rpush(f"go:{key}", "go")  # the first one finishes, late
+    redis_client.rpush(f"go:{key}:{first.id}", "go")  # the first one finishes, late
     wait_until(lambda: len(events(redis_client, key, "end")) == 1, what="the late finisher")
     worker.wait_for_log(f"Lost lock {name!r}", timeout=SOON)
     info = registry.get_lock(name)

@@ -59,7 +59,7 @@ def test_a_job_reserving_again_takes_its_own_hold_back_to_the_queue():
     with pytest.raises(LockNotOwned):
         run.release()
     assert not jobs.reserve("task:retry", JOB, ttl=60).reserved  # a new job's: not over it
-    assert jobs.reserve("task:retry", JOB, ttl=60, takeover_from=JOB).reserved
+    assert jobs.reserve("task:retry", JOB, ttl=60, again=True).reserved
     assert registry.get_lock("task:retry").queued
     again = Lock("task:retry", timeout=30, job_id=JOB)
     assert again.acquire(wait=0)
@@ -94,18 +94,35 @@ def test_a_pending_reservation_is_renamed_and_taken_over_by_the_run():
     # The run may start before the enqueue learnt the job's id: it takes the pending one over.
     early = Lock("task:pending", timeout=30, job_id=JOB)
     assert early.acquire(wait=0)
+    # ...and the rename then finds a hold, not the pending reservation: it leaves it alone.
+    assert not jobs.rename("task:pending", pending, JOB, ttl=60)
+    assert registry.get_lock("task:pending").token == early.token
     early.release()
+    # Nor does it write anything once the run has ended: the key stays free.
+    assert not jobs.rename("task:pending", pending, JOB, ttl=60)
+    assert registry.get_lock("task:pending") is None
+    # Renamed in time, it is the job's, and its run takes it over.
     assert jobs.reserve("task:pending", pending, ttl=60).reserved
-    assert not jobs.reserve("task:pending", JOB, ttl=60).reserved  # not without takeover_from
-    assert jobs.reserve("task:pending", JOB, ttl=60, takeover_from=pending).reserved
-    assert registry.get_lock("task:pending").job_id == JOB
-    # A rename finds the run holding it (it took the pending one over): the hold stays.
-    assert jobs.reserve("task:pending", pending, ttl=60).reserved is False
-    run = Lock("task:pending", timeout=30, job_id=JOB)
-    assert run.acquire(wait=0)
-    assert not jobs.reserve("task:pending", JOB, ttl=60, takeover_from=pending).reserved
-    assert registry.get_lock("task:pending").token == run.token
-    run.release()
+    assert not jobs.reserve("task:pending", JOB, ttl=60).reserved  # a new job's: not over it
+    assert jobs.rename("task:pending", pending, JOB, ttl=60)
+    info = registry.get_lock("task:pending")
+    assert info.job_id == JOB
+    assert info.queued
+    assert not jobs.rename("task:pending", pending, "another-job", ttl=60)  # gone: no longer
+    assert jobs.cancel("task:pending", JOB)
+
+
+def test_a_run_ends_a_pending_reservation_of_its_key():
+    """until_executing: a run that starts before the rename ends the pending reservation."""
+    pending = jobs.pending_job_id()
+    assert jobs.reserve("task:pend-end", pending, ttl=60).reserved
+    assert jobs.cancel("task:pend-end", JOB)
+    assert registry.get_lock("task:pend-end") is None
+    assert not jobs.rename("task:pend-end", pending, JOB, ttl=60)
+    # Another job's reservation (not pending) is not ended.
+    assert jobs.reserve("task:pend-end", "another-job", ttl=60).reserved
+    assert not jobs.cancel("task:pend-end", JOB)
+    assert registry.get_lock("task:pend-end").job_id == "another-job"
 
 
 def test_a_finished_jobs_result_answers_its_copies_and_nobody_else():

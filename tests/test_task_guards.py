@@ -48,6 +48,22 @@ def echo(value):
     return value
 
 
+@app.task(base=GuardedTask, bind=True, guard="while_executing", max_retries=3)
+def retried_while(self, key):
+    seen.append(self.request.retries)
+    if self.request.retries < 2:
+        raise self.retry(countdown=0)
+    return "done"
+
+
+@app.task(base=GuardedTask, bind=True, max_retries=3)
+def retried_until(self, key):
+    seen.append(self.request.retries)
+    if self.request.retries < 2:
+        raise self.retry(countdown=0)
+    return "done"
+
+
 def test_the_default_key_is_every_argument_however_passed():
     guard = TaskGuard("t", lambda customer_id, full=False: None, label="")
     names = {
@@ -149,3 +165,50 @@ def test_redis_out_of_reach_refuses_unless_fail_open(settings, caplog):
     messages = [record.getMessage() for record in caplog.records]
     assert any("queued unguarded" in message for message in messages)
     assert any("runs unguarded" in message for message in messages)
+
+
+@pytest.mark.parametrize("task", [retried_while, retried_until])
+def test_a_retry_runs_again(task):
+    """A retry has the task's id: its run must not take itself for a finished one's copy.
+    (Eager mode runs a retry only when it does not propagate exceptions.)"""
+    seen.clear()
+    app.conf.task_eager_propagates = False
+    try:
+        assert task.delay("k").get() == "done"
+    finally:
+        app.conf.task_eager_propagates = True
+    assert seen == [0, 1, 2]
+
+
+def test_a_supervisor_frees_only_what_the_call_it_saw_end_had(redis_client):
+    """A copy of a job (same id) may run elsewhere: a message dropped before it ran frees its
+    reservation only, and a lost process only a hold of a dead process of this machine."""
+    from django_redis_lock import Lock, jobs
+    from django_redis_lock.core.lease import OwnerRecord, encode_lease
+    from django_redis_lock.holds import HOST
+    from django_redis_lock.keys import lock_keys
+    from django_redis_lock.task_guards import GuardNames, release_after
+
+    guard = TaskGuard("t", lambda: None, label="")
+    names = GuardNames("task:t", "task:t")
+    running = Lock("task:t", timeout=30, job_id="job-a")  # a run of job-a, alive here
+    assert running.acquire(wait=0)
+    release_after(guard, names, "job-a", "revoked", ran="nowhere")
+    release_after(guard, names, "job-a", "lost", ran="dead here")
+    assert running.owned()
+    running.release()
+    assert jobs.reserve("task:t", "job-a", ttl=60).reserved
+    release_after(guard, names, "job-a", "revoked", ran="nowhere")
+    assert registry.get_lock("task:t") is None
+    # A hold of a process of this machine that is gone: freed.
+    key = lock_keys("task:t", "default").lease
+    dead = 2**22 + 12345  # above Linux's largest pid_max: nobody's pid
+    value = encode_lease("job-a~r4nd0m", 1, 0, OwnerRecord(30, dead, HOST, "MainThread").encode())
+    redis_client.set(key, value, px=30000)
+    release_after(guard, names, "job-a", "lost", ran="dead here")
+    assert registry.get_lock("task:t") is None
+    # ...but not one of another machine: it may be a copy that runs there.
+    elsewhere = OwnerRecord(30, dead, "another-host", "MainThread").encode()
+    redis_client.set(key, encode_lease("job-a~r4nd0m", 1, 0, elsewhere), px=30000)
+    release_after(guard, names, "job-a", "lost", ran="dead here")
+    assert registry.get_lock("task:t").job_id == "job-a"

@@ -10,6 +10,7 @@ of the queue, that a run that died frees its key within a lease, and the ``on_du
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ import uuid
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, connections
+from django.utils import timezone
 
 from django_redis_lock import DuplicateTask, registry
 
@@ -55,13 +57,22 @@ def db_worker(tmp_path, redis_url, name="worker", queue="default"):
 
 
 @pytest.fixture(scope="module")
-def workers(django_db_setup, django_db_blocker, redis_url, tmp_path_factory):
-    """Two db_worker processes: two tasks may run at once."""
+def module_workers(django_db_setup, django_db_blocker, redis_url, tmp_path_factory):
     directory = tmp_path_factory.mktemp("db-workers")
     started = [db_worker(directory, redis_url, name).start() for name in ("one", "two")]
     yield started
     for process in started:
         process.stop()
+
+
+@pytest.fixture
+def workers(module_workers):
+    """Two db_worker processes: two tasks may run at once. A test leaves no task of theirs
+    running when it ends: the database is emptied after each test, and a db_worker whose task
+    row is gone when it finishes exits."""
+    for worker in module_workers:
+        assert worker.process.poll() is None, f"a db_worker has exited:\n{worker.log}"
+    return module_workers
 
 
 @pytest.fixture
@@ -126,7 +137,9 @@ def test_fifty_concurrent_enqueues_queue_one_task_and_run_it_once(workers, redis
     assert int(redis_client.get(f"runs:{key}")) == 1
     assert not redis_client.get(f"overlaps:{key}")
     # Done: the same call is queued again.
-    assert str(tasks.until_executed.enqueue(key).id) != ids[0]
+    again = tasks.until_executed.enqueue(key)
+    assert str(again.id) != ids[0]
+    finished(again)
 
 
 # The workers of these tests take the queue "solo", which the module's workers leave alone.
@@ -167,8 +180,8 @@ def test_a_late_finisher_never_deletes_its_successors_lock(tmp_path, redis_url, 
             started(redis_client, key, 2)
         finally:
             os.kill(run["pid"], signal.SIGCONT)
-        redis_client.rpush(f"go:{key}", "go")  # wakes one of them: the first, or the second
-        redis_client.rpush(f"go:{key}", "go")
+        redis_client.rpush(f"go:{key}:{first.id}", "go")  # the first one finishes, late
+        redis_client.rpush(f"go:{key}:{second.id}", "go")
         finished(tasks.until_executed.get_result(first.id))
         finished(tasks.until_executed.get_result(second.id))
         first_worker.wait_for_log("Lost lock", timeout=SOON)
@@ -193,7 +206,7 @@ def test_on_duplicate_raise_and_reschedule(workers, redis_client, key):
     running = tasks.while_executing.enqueue(other, 30)
     started(redis_client, other)
     put_off = tasks.while_executing.enqueue(other, 0)
-    assert finished(put_off).return_value is None  # this run did not run: it was put off
+    assert finished(put_off).return_value is None, "\n".join(w.log for w in workers)  # put off
     redis_client.rpush(f"go:{other}", "go")
     finished(running)
     started(redis_client, other, 2)  # the rescheduled run, after the first
@@ -225,3 +238,30 @@ def test_guarded_goes_above_task_and_needs_a_guarded_backend():
     assert direct.call(key="x") == "x"
     with pytest.raises(ValueError, match="guard must be one of"):
         guarded(guard="until_done")
+
+
+@pytest.mark.parametrize("task", [tasks.immediately, tasks.immediately_until_executing])
+def test_a_task_run_before_its_queueing_ends_leaves_no_key(task, redis_client, key):
+    """The immediate backend runs the task inside enqueue(): its run finds the reservation
+    still pending, takes it over (or ends it), and the rename finds nothing to rename."""
+    first = task.enqueue(key)
+    assert first.status == TaskResultStatus.SUCCESSFUL
+    assert registry.get_lock(guard_name(task, key)) is None
+    again = task.enqueue(key)  # not refused by a reservation left behind
+    assert again.status == TaskResultStatus.SUCCESSFUL
+    assert again.id != first.id
+    assert int(redis_client.get(f"runs:{key}")) == 2
+
+
+def test_a_reservation_whose_queueing_rolled_back_is_passed_over(workers, redis_client, key):
+    from django.db import transaction
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tasks.until_executed.enqueue(key)  # its row is written in this transaction...
+        raise RuntimeError("...which rolls back")
+    assert registry.get_lock(guard_name(tasks.until_executed, key)).queued  # the key stays
+    later = timezone.now() + datetime.timedelta(seconds=1)
+    second = tasks.until_executed.using(run_after=later).enqueue(key)  # passed over
+    info = registry.get_lock(guard_name(tasks.until_executed, key))
+    assert info.job_id == str(second.id)
+    assert finished(second).status == TaskResultStatus.SUCCESSFUL

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .lease import LockKeys
-from .release import Unconfirmed, extend, give_back, release, text
+from .release import Unconfirmed, end_reservation, extend, give_back, release, text
 from .requests import Block, Command, Eval, Failover, Flow, Pipeline, Sleep
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "NotAcquired",
     "Unconfirmed",
     "acquire",
+    "end_reservation",
     "extend",
     "release",
 ]
@@ -79,6 +80,7 @@ class AcquirePlan:
     job: bool = False
     # Lease values (prefixes) taken over as if the lock were free: the job's reservation.
     takeover: tuple[str, ...] = ()
+    only_takeover: bool = False  # a free lock is left free (a reservation renamed)
     report_holder: Callable[[], bool] = lambda: False  # ask for the holder's record now?
     # The first time we must wait: called with the plan and the holder's lease value (or None).
     on_contended: Callable[[AcquirePlan, Any], None] = lambda plan, holder: None
@@ -154,7 +156,7 @@ def acquire(plan: AcquirePlan) -> Flow:
 def _flags(plan: AcquirePlan) -> str:
     """take.lua's and join.lua's flags for ``plan``: fencing, and which result answers it."""
     wanted = ("j" if plan.job else "d") if plan.want_result else ""
-    return ("f" if plan.fencing else "") + wanted
+    return ("f" if plan.fencing else "") + wanted + ("x" if plan.only_takeover else "")
 
 
 def _epoch_ms() -> int:
@@ -188,7 +190,7 @@ def _poll(plan: AcquirePlan) -> Flow:
         if int(reply[0]) == 2:
             return Done(reply[1])
         pttl = int(reply[1])
-        holder = holder or reply[2]
+        holder = holder or reply[2] or None  # (none: the x flag, and nothing to take over)
         remaining = deadline - clock()
         if remaining <= 0:
             return NotAcquired(holder, pttl)

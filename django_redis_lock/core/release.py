@@ -6,10 +6,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from .lease import LockKeys
-from .requests import Eval, Failover, Flow, Pipeline
+from .lease import PENDING_JOB, LockKeys, is_reservation, job_of, reservation_token
+from .requests import Command, Eval, Failover, Flow, Pipeline
 
-__all__ = ["Unconfirmed", "extend", "give_back", "release", "text"]
+__all__ = ["Unconfirmed", "end_reservation", "extend", "give_back", "release", "text"]
 
 
 class Unconfirmed(Exception):
@@ -82,3 +82,17 @@ def extend(
             yield Failover(keys.lease)
             raise Unconfirmed(acknowledged, replicas)
     return int(reply) == 1
+
+
+def end_reservation(keys: LockKeys, job_id: str) -> Flow:
+    """End ``job_id``'s reservation, or a pending one (queued before its job's id was known,
+    and not yet renamed: it is this job's, whose run starts now). Returns as :func:`release`.
+    One round trip; two more when the reservation is not ``job_id``'s own."""
+    code = yield from release(keys, reservation_token(job_id), "")
+    if code != -1:
+        return code
+    value = yield Command(("GET", keys.lease))
+    token = text(value).split("|", 1)[0] if value is not None else ""
+    if not (is_reservation(token) and (job_of(token) or "").startswith(PENDING_JOB)):
+        return -1
+    return (yield from release(keys, token, ""))

@@ -48,7 +48,7 @@ if mode == 3 then
   leave()
   return {0, 0, false}
 end
-if string.find(flags, 'd', 1, true) or string.find(flags, 'j', 1, true) then
+if wants_result(flags) then
   local result = redis.call('GET', KEYS[5])
   if done(flags, result, token) then
     leave()

@@ -52,8 +52,7 @@ if head then
         local ms = math.min(duration(wanted), HANDOFF_MS)
         redis.call('SET', KEYS[1], head .. '|' .. now .. '|' .. fence .. '|' .. record, 'PX', ms)
         local finished = '0'
-        if (string.find(flags, 'd', 1, true) or string.find(flags, 'j', 1, true))
-            and done(flags, redis.call('GET', KEYS[5]), head) then
+        if wants_result(flags) and done(flags, redis.call('GET', KEYS[5]), head) then
           finished = '1'
         end
         local message = fence .. '|' .. ms .. '|' .. finished .. '|' .. (redis.call('LINDEX', KEYS[2], 0) or '')

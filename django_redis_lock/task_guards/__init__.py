@@ -13,7 +13,7 @@ Built on the public API of the lock engine: ``Lock`` (``job_id``, ``detach``), `
 reservations) and ``registry.release_job``.
 """
 
-from .duplicates import IGNORE, Duplicate, report
+from .duplicates import IGNORE, Duplicate, decide, ignore_copy
 from .policy import (
     MODES,
     ON_DUPLICATE,
@@ -49,6 +49,7 @@ __all__ = [
     "TaskGuard",
     "Verdict",
     "admit",
+    "decide",
+    "ignore_copy",
     "release_after",
-    "report",
 ]

@@ -11,9 +11,9 @@ from typing import Any
 from ..exceptions import DuplicateTask, LockNotAcquired
 from ..records import LockInfo
 from ..signals import task_duplicate_found
-from .policy import RESCHEDULE, SKIP, TaskGuard
+from .policy import RAISE, RESCHEDULE, RETURN_EXISTING, SKIP, TaskGuard
 
-__all__ = ["IGNORE", "Duplicate", "report"]
+__all__ = ["IGNORE", "Duplicate", "decide", "ignore_copy"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -61,7 +61,43 @@ class Duplicate:
         return min(max(self.ttl or 0.0, 1.0), guard.lease)
 
 
-def report(
+def decide(
+    guard: TaskGuard,
+    duplicate: Duplicate,
+    *,
+    sender: type,
+    task_id: str | None,
+    phase: str,
+    answerable: bool = True,
+) -> str:
+    """What to do with ``duplicate``, found when a call is queued (``phase`` "enqueue") or when
+    its run starts ("run"), told to the world: the guard's ``on_duplicate``, except that
+    ``return_existing`` skips a run (it has no result of another's to give), and refuses
+    (``raise``) a call when there is no result to answer with (``answerable`` False, or
+    something that is not a task holds the key)."""
+    action = guard.on_duplicate
+    if action == RETURN_EXISTING:
+        if phase == "run":
+            action = SKIP
+        elif not answerable or duplicate.task_id is None:
+            action = RAISE
+    _report(guard, duplicate, sender=sender, task_id=task_id, phase=phase, action=action)
+    return action
+
+
+def ignore_copy(guard: TaskGuard, name: str, job_id: str | None, *, sender: type,
+                finished: bool) -> None:  # fmt: skip
+    """Tell the world that a run of the job ``job_id`` is not run again: another run of it
+    ``finished``, or still runs elsewhere."""
+    reason = (
+        "another run of it finished already" if finished
+        else "another run of it still runs elsewhere"
+    )  # fmt: skip
+    _report(guard, Duplicate(name, job_id, False, None), sender=sender, task_id=job_id,
+            phase="run", action=IGNORE, reason=reason)  # fmt: skip
+
+
+def _report(
     guard: TaskGuard,
     duplicate: Duplicate,
     *,
@@ -71,9 +107,9 @@ def report(
     action: str,
     reason: str | None = None,
 ) -> None:
-    """Tell the world (log, signal) what was done with a duplicate: at WARNING when the call
-    does not run and nobody is told by an exception or a result (``skip``, a copy ignored),
-    else at INFO. ``reason``: why, when not that the duplicate holds the key."""
+    """Log and signal what was done with a duplicate: at WARNING when the call does not run
+    and nobody is told by an exception or a result (``skip``, a copy ignored), else at INFO.
+    ``reason``: why, when not that the duplicate holds the key."""
     level = logging.WARNING if action in (SKIP, IGNORE) else logging.INFO
     what = {
         SKIP: "skipped",

@@ -49,10 +49,18 @@ class GuardedRun:
     """One run of a guarded task (``job_id``: its task id; None for a direct call, which
     holds the run's lock without a job's token)."""
 
-    def __init__(self, guard: TaskGuard, names: GuardNames, job_id: str | None) -> None:
+    def __init__(
+        self, guard: TaskGuard, names: GuardNames, job_id: str | None,
+        copy_wait: float | None = None, *, requeued_as_is: bool = True,
+    ) -> None:  # fmt: skip
+        """``copy_wait``: how long a copy waits for another run of its job (default
+        ``guard.copy_wait()``). ``requeued_as_is``: a run put off (``reschedule``) goes back
+        to its queue as the same job, reservation and all (Celery); else as a new one."""
         self.guard = guard
         self.names = names
         self.job_id = job_id
+        self.copy_wait = guard.copy_wait() if copy_wait is None else copy_wait
+        self.requeued_as_is = requeued_as_is
         self.lock = guard.run_lock(names.run, job_id) if names.run else None
         self.duplicate: Duplicate | None = None
         self.handed_back = False
@@ -85,7 +93,7 @@ class GuardedRun:
                 claim = await self.lock.aclaim(0, want_result=self.job_id is not None)
                 verdict = self._judge(claim)
                 if verdict is Verdict.ELSEWHERE:
-                    claim = await self.lock.aclaim(self.guard.copy_wait(), want_result=True)
+                    claim = await self.lock.aclaim(self.copy_wait, want_result=True)
                     verdict = self._judge(claim)
             ending = self._reservation_ending(verdict)
             if ending is not None:
@@ -108,12 +116,13 @@ class GuardedRun:
 
     def _reservation_ending(self, verdict: Verdict) -> tuple[str, str] | None:
         """The reservation (name, job) of a queue key of its own that ends as the run starts:
-        none unless the job has one, nor when the run is put off (it goes back to its queue,
-        reservation and all)."""
+        none unless the job has one, nor when the run is put off and goes back to its queue
+        as the same job (reservation and all)."""
         queue, job_id = self.names.queue, self.job_id
         if queue is None or queue == self.names.run or job_id is None:
             return None
-        if verdict is Verdict.DUPLICATE and self.guard.on_duplicate == RESCHEDULE:
+        put_off = verdict is Verdict.DUPLICATE and self.guard.on_duplicate == RESCHEDULE
+        if put_off and self.requeued_as_is:
             return None
         return queue, job_id
 
@@ -140,12 +149,13 @@ class GuardedRun:
 
     # -- ending --------------------------------------------------------------------------------
 
-    def exit(self) -> None:
-        """Release the run's key, leaving the job's id for its copies."""
+    def exit(self, *, done: bool = True) -> None:
+        """Release the run's key, leaving the job's id for its copies when the job is
+        ``done`` (not when it goes back to its queue: a retry, a requeue, of the same id)."""
         if self.lock is None or self.handed_back or self.lock.token is None:
             return
         try:
-            if self.job_id is None:
+            if self.job_id is None or not done:
                 self.lock.release()
             else:
                 self.lock.release(result=self.job_id.encode(), result_ttl=self._done_ttl())
@@ -154,12 +164,12 @@ class GuardedRun:
         except LockBackendError as error:
             self._not_released(error)
 
-    async def aexit(self) -> None:
+    async def aexit(self, *, done: bool = True) -> None:
         """:meth:`exit` for asyncio."""
         if self.lock is None or self.handed_back or self.lock.token is None:
             return
         try:
-            if self.job_id is None:
+            if self.job_id is None or not done:
                 await self.lock.arelease()
             else:
                 await self.lock.arelease(result=self.job_id.encode(), result_ttl=self._done_ttl())
