@@ -218,24 +218,17 @@ class GuardedTask(Task):  # type: ignore[misc]  # celery is untyped
         return self.run(*args, **kwargs)
 
     def _not_run(self, run: guards.GuardedRun, verdict: guards.Verdict, job_id: str | None) -> Any:
-        guard = self.task_guard
-        if verdict is not guards.Verdict.DUPLICATE:
+        action = run.refused(verdict, sender=GuardedTask)
+        if action == guards.IGNORE:
             # A copy of this very task (same id), delivered again: it ran, or runs elsewhere.
             # Ignore: its message is acknowledged and the state the run stores is left alone.
-            guards.ignore_copy(guard, run.names.run or "", job_id, sender=GuardedTask,
-                               finished=verdict is guards.Verdict.FINISHED)  # fmt: skip
             raise Ignore()
-        duplicate = run.duplicate
-        assert duplicate is not None
-        action = guards.decide(guard, duplicate, sender=GuardedTask, task_id=job_id,
-                               phase="run")  # fmt: skip
-        if action == guards.RAISE:
-            raise duplicate.error(guard)
         if action == guards.RESCHEDULE and job_id is not None:
+            assert run.duplicate is not None
             _runs.by_id[job_id] = run  # the republish below is this task's own
             try:
                 self.signature_from_request(
-                    countdown=duplicate.reschedule_delay(guard)
+                    countdown=run.duplicate.reschedule_delay(self.task_guard)
                 ).apply_async()
             finally:
                 _runs.by_id.pop(job_id, None)

@@ -203,22 +203,15 @@ def _not_run(
     """A run that does not run: it returns None (a duplicate that raises fails instead). The
     task to queue for later when it is put off (``reschedule``): straight to the backend that
     ran it, since a run put off is no new call to hold back."""
-    policy, job_id = run.guard, run.job_id
-    if verdict is not guards.Verdict.DUPLICATE:  # this very task, run or running elsewhere
-        guards.ignore_copy(policy, run.names.run or "", job_id, sender=GuardedBackend,
-                           finished=verdict is guards.Verdict.FINISHED)  # fmt: skip
+    action = run.refused(verdict, sender=GuardedBackend)
+    if action != guards.RESCHEDULE or context is None:
         return None
-    duplicate = run.duplicate
-    assert duplicate is not None
-    action = guards.decide(policy, duplicate, sender=GuardedBackend, task_id=job_id,
-                           phase="run")  # fmt: skip
-    if action == guards.RAISE:
-        raise duplicate.error(policy)
-    if action == guards.RESCHEDULE and context is not None:
-        later = timezone.now() + datetime.timedelta(seconds=duplicate.reschedule_delay(policy))
-        task: Task[Any, Any] = context.task_result.task.using(run_after=later)
-        return task
-    return None
+    assert run.duplicate is not None
+    delay = run.duplicate.reschedule_delay(run.guard)
+    task: Task[Any, Any] = context.task_result.task.using(
+        run_after=timezone.now() + datetime.timedelta(seconds=delay)
+    )
+    return task
 
 
 class GuardedBackend(BaseTaskBackend):

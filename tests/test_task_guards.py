@@ -212,3 +212,14 @@ def test_a_supervisor_frees_only_what_the_call_it_saw_end_had(redis_client):
     redis_client.set(key, encode_lease("job-a~r4nd0m", 1, 0, elsewhere), px=30000)
     release_after(guard, names, "job-a", "lost", ran="dead here")
     assert registry.get_lock("task:t").job_id == "job-a"
+
+
+@app.task(base=GuardedTask, time_limit=3)
+def time_limited(key):
+    return key
+
+
+def test_a_copy_waits_for_its_original_less_than_its_time_limits():
+    """A copy stopped by a hard time limit would have its worker free the original's key."""
+    assert echo._copy_wait() is None  # no limit: a lease and a second
+    assert time_limited._copy_wait() == 2.0

@@ -30,8 +30,8 @@ from .. import jobs
 from ..claims import Claim
 from ..conf import lock_settings
 from ..exceptions import LockBackendError, LockNotOwned
-from .duplicates import Duplicate
-from .policy import RESCHEDULE, GuardNames, TaskGuard
+from .duplicates import IGNORE, Duplicate, decide, ignore_copy
+from .policy import RAISE, RESCHEDULE, GuardNames, TaskGuard
 
 __all__ = ["GuardedRun", "Verdict"]
 
@@ -75,9 +75,7 @@ class GuardedRun:
             if self.lock is not None:
                 verdict = self._judge(self.lock.claim(0, want_result=self.job_id is not None))
                 if verdict is Verdict.ELSEWHERE:
-                    verdict = self._judge(
-                        self.lock.claim(self.guard.copy_wait(), want_result=True)
-                    )
+                    verdict = self._judge(self.lock.claim(self.copy_wait, want_result=True))
             ending = self._reservation_ending(verdict)
             if ending is not None:
                 jobs.cancel(*ending, using=self.guard.using)
@@ -134,6 +132,22 @@ class GuardedRun:
         )
         self.lock = None
         return Verdict.RUN
+
+    def refused(self, verdict: Verdict, *, sender: type) -> str:
+        """What a run that does not run (``verdict`` other than ``RUN``) does, told to the
+        world (log, signal): ``IGNORE`` for another run of this very job (a copy), else its
+        guard's ``on_duplicate`` (``SKIP`` or ``RESCHEDULE``); raises ``DuplicateTask`` for
+        ``raise``."""
+        if verdict is not Verdict.DUPLICATE:
+            ignore_copy(self.guard, self.names.run or "", self.job_id, sender=sender,
+                        finished=verdict is Verdict.FINISHED)  # fmt: skip
+            return IGNORE
+        duplicate = self.duplicate
+        assert duplicate is not None
+        action = decide(self.guard, duplicate, sender=sender, task_id=self.job_id, phase="run")
+        if action == RAISE:
+            raise duplicate.error(self.guard)
+        return action
 
     # -- a retry -------------------------------------------------------------------------------
 
