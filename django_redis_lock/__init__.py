@@ -15,10 +15,12 @@ from .exceptions import (
     LockNotOwned,
 )
 from .fencing import fenced_update
+from .groups import LockGroup, lock_many
 from .locks import Claim, Lock
 from .management.base import AlreadyRunning, SingleInstanceCommand, SingleInstanceMixin
 from .mixins import LockableModelMixin
 from .once import run_once
+from .semaphores import Semaphore, semaphore
 from .signals import (
     lock_acquired,
     lock_contended,
@@ -43,10 +45,12 @@ __all__ = [
     "Lock",
     "LockBackendError",
     "LockError",
+    "LockGroup",
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
     "LockableModelMixin",
+    "Semaphore",
     "SingleInstanceCommand",
     "SingleInstanceMixin",
     "__version__",
@@ -60,11 +64,13 @@ __all__ = [
     "lock_contended",
     "lock_force_released",
     "lock_lost",
+    "lock_many",
     "lock_released",
     "locked_method",
     "prevent_double_submit",
     "run_once",
     "run_skipped",
+    "semaphore",
     "single_instance",
     "task_duplicate_found",
 ]

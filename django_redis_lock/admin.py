@@ -1,16 +1,19 @@
-"""The admin "Locks" page: the locks held right now, read from Redis with SCAN.
+"""The admin "Locks" page: the locks and semaphores held right now, read from Redis with SCAN.
 
 An unmanaged model (``models.HeldLock``, no table) gives the page its place on the admin index and
 its permissions: ``view_heldlock`` to see it, ``release_lock`` to force-release. The list is never
 read from the database: ``changelist_view`` pages through ``registry.page()``. A release goes
 through a confirmation page, is a POST (CSRF-protected), deletes a lock only if it still has
-the token that was shown, and leaves an admin ``LogEntry``.
+the token that was shown, and leaves an admin ``LogEntry``. A semaphore's page lists its
+holders (``semaphore_registry.py``); one permit is force-released the same way.
 """
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import DELETION, LogEntry
@@ -21,7 +24,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from redis.exceptions import RedisError
 
-from . import registry
+from . import registry, semaphore_registry
 from .conf import lock_settings
 from .exceptions import LockBackendError
 from .keys import lock_keys
@@ -62,6 +65,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             path("", view(self.changelist_view), name=f"{name}_changelist"),
             path("show/", view(self.detail_view), name=f"{name}_detail"),
             path("release/", view(self.release_view), name=f"{name}_release"),
+            path("semaphore/", view(self.semaphore_view), name=f"{name}_semaphore"),
+            path("release-permit/", view(self.permit_release_view), name=f"{name}_permit"),
         ]
 
     def _url(self, view: str) -> str:
@@ -76,6 +81,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "changelist_url": self._url("changelist"),
             "detail_url": self._url("detail"),
             "release_url": self._url("release"),
+            "semaphore_url": self._url("semaphore"),
+            "permit_release_url": self._url("permit"),
             **extra,
         }
 
@@ -111,6 +118,15 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             )
         # By name: SCAN returns keys in no particular order, which may differ between reloads.
         rows = [(info, _age(info)) for info in sorted(items, key=lambda info: info.name)]
+        semaphores = []
+        if error is None and page_number == 1:  # few, and listed whole, on the first page
+            try:
+                found = semaphore_registry.iter_semaphores(match=query or None)
+                semaphores = sorted(
+                    itertools.islice(found, lock_settings.ADMIN_PAGE_SIZE), key=lambda s: s.name
+                )
+            except (RedisError, LockBackendError) as exc:
+                error = f"Redis could not be reached: {exc}"
         # The task and fencing columns only when a lock on the page has one: most have none.
         show_tasks = any(info.job_id for info in items)
         show_fences = any(info.fencing_token for info in items)
@@ -126,6 +142,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             scanned=scanned,
             show_tasks=show_tasks,
             show_fences=show_fences,
+            semaphores=[(info, _age(info.holders[0])) for info in semaphores],
+            semaphores_cut=len(semaphores) == lock_settings.ADMIN_PAGE_SIZE,
         )
         return TemplateResponse(request, _TEMPLATES + "change_list.html", context)
 
@@ -146,6 +164,74 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             error=error, waiting=waiting, keys=keys,
         )  # fmt: skip
         return TemplateResponse(request, _TEMPLATES + "detail.html", context)
+
+    def semaphore_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        name = request.GET.get("name", "")
+        info, error = None, None
+        if name:
+            try:
+                info = semaphore_registry.get_semaphore(name)
+            except (RedisError, LockBackendError) as exc:
+                error = f"Redis could not be reached: {exc}"
+        holders = [(holder, _age(holder)) for holder in info.holders] if info else []
+        context = self._context(
+            request,
+            f"Semaphore {name}" if name else "Semaphore",
+            info=info,
+            name=name,
+            error=error,
+            holders=holders,
+        )
+        return TemplateResponse(request, _TEMPLATES + "semaphore.html", context)
+
+    def permit_release_view(self, request: HttpRequest) -> HttpResponse:
+        """Force-release one permit of a semaphore: confirmed, then POSTed."""
+        if not self.has_release_permission(request):
+            raise PermissionDenied
+        data = request.POST if request.method == "POST" else request.GET
+        token, _, name = data.get("permit", "").partition(":")
+        if not (token and name):
+            messages.warning(request, "No permit was selected.")
+            return HttpResponseRedirect(self._url("changelist"))
+        back = f"{self._url('semaphore')}?{urlencode({'name': name})}"
+        if request.method != "POST" or data.get("confirm") != "yes":
+            info, error = None, None
+            try:
+                info = semaphore_registry.get_semaphore(name)
+            except (RedisError, LockBackendError) as exc:
+                error = f"Redis could not be reached: {exc}"
+            holder = next((h for h in info.holders if h.token == token), None) if info else None
+            context = self._context(
+                request, "Release a permit?", name=name, token=token, holder=holder,
+                error=error, back_url=back,
+            )  # fmt: skip
+            return TemplateResponse(request, _TEMPLATES + "permit_release.html", context)
+        by = request.user.get_username()
+        try:
+            released = semaphore_registry.force_release_permit(name, token, by=by)
+        except (RedisError, LockBackendError) as exc:
+            messages.error(
+                request, f"The permit was not released: Redis could not be reached ({exc})."
+            )
+            return HttpResponseRedirect(back)
+        if released:
+            LogEntry.objects.create(
+                user_id=request.user.pk,
+                content_type=ContentType.objects.get_for_model(HeldLock, for_concrete_model=False),
+                object_id=name[:255],
+                object_repr=f"semaphore {name}"[:200],
+                action_flag=DELETION,
+                change_message=f"Force-released a permit of the semaphore (token {token}).",
+            )
+            messages.success(request, f"Released a permit of semaphore {name!r}.")
+        else:
+            messages.warning(
+                request, "The permit was not released: it was given back or ended since it was "
+                "shown. Nothing was freed.",
+            )  # fmt: skip
+        return HttpResponseRedirect(back)
 
     @staticmethod
     def _read(name: str) -> tuple[registry.LockInfo | None, str | None]:

@@ -13,3 +13,7 @@ class DjangoRedisLockConfig(AppConfig):
         checks.register(check_settings)
         checks.register(check_cache, checks.Tags.caches)
         checks.register(check_socket_timeout, checks.Tags.caches, deploy=True)
+
+        from .metrics import hub
+
+        hub.configure()  # the exporters DJANGO_REDIS_LOCK_METRICS names (none: no cost)

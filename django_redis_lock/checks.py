@@ -10,6 +10,7 @@ django_redis_lock.E004     a setting has the wrong type
 django_redis_lock.E005     a setting has a value out of range (zero or negative lease, NaN, ...)
 django_redis_lock.E006     ``CONNECTION_FACTORY`` cannot be imported or is not callable
 django_redis_lock.E007     a ``QUORUMS`` name is also a cache alias (which one would it mean?)
+django_redis_lock.E008     a ``METRICS`` exporter whose package is not installed
 django_redis_lock.W001     an unknown ``DJANGO_REDIS_LOCK_*`` setting (a typo?)
 django_redis_lock.W002     (``--deploy``) a lock cache without a socket timeout
 =========================  =================================================================
@@ -38,6 +39,7 @@ _SETTING_PROBLEM_IDS = {
     "type": "django_redis_lock.E004",
     "value": "django_redis_lock.E005",
     "import": "django_redis_lock.E006",
+    "missing": "django_redis_lock.E008",
 }
 
 

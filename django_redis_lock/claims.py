@@ -1,17 +1,24 @@
 """What a Lock carries between its API and its flows: the outcome it reports (``Claim``), the
-settings it resolved (``Resolved``), and an acquisition, release or extension under way."""
+settings it resolved (``Resolved``, made by ``resolve``), and an acquisition, release or
+extension under way."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from .connection import LockAlias
+from django.core.exceptions import ImproperlyConfigured
+
+from .conf import lock_settings
+from .connection import LockAlias, quorum_members
 from .core import flows
 from .core.lease import LockKeys
 from .exceptions import LockNotAcquired
 from .holds import Hold, OwnerRecords
+from .keys import readable_tag
 
-__all__ = ["Claim", "Pending", "Resolved", "Step"]
+__all__ = ["Claim", "Pending", "Resolved", "Step", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +29,12 @@ class Claim:
     acquired: bool
     result: bytes | None = None
     refusal: LockNotAcquired | None = None
+
+    def raise_unless_acquired(self) -> None:
+        """Raise the refusal unless the lock was acquired: a ``with`` block's entry."""
+        if not self.acquired:
+            assert self.refusal is not None
+            raise self.refusal
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,43 @@ class Resolved:
     replicas: int  # that must confirm an acquisition (MIN_REPLICAS)
     replica_timeout_ms: int
     records: OwnerRecords  # its acquisitions' owner records
+
+
+def resolve(
+    name: str, *, using: Any, timeout: float | None, auto_renew: bool | None,
+    wait: float | None, label: str | None, guard: str | None,
+    layout: Callable[[LockAlias, bool], Any],
+) -> Resolved:  # fmt: skip
+    """What a primitive named ``name`` takes from the settings: its own options where given,
+    else the settings' defaults (read now; the primitive keeps the result). ``layout(alias,
+    quorum)``: its keys."""
+    alias = using or lock_settings.CACHE_ALIAS
+    if timeout is None:
+        lease = lock_settings.TIMEOUT
+        renew = lock_settings.AUTO_RENEW if auto_renew is None else auto_renew
+    else:
+        lease, renew = timeout, bool(auto_renew)
+    quorum = quorum_members(alias) is not None
+    records = OwnerRecords(
+        label=label, guard=guard,
+        name=None if readable_tag(name) else name,  # else the key says it
+    )  # fmt: skip
+    return Resolved(
+        alias, layout(alias, quorum), lease, renew,
+        wait if wait is not None else lock_settings.WAIT, quorum, _replicas(quorum),
+        max(1, int(lock_settings.REPLICA_TIMEOUT * 1000)), records,
+    )  # fmt: skip
+
+
+def _replicas(quorum: bool) -> int:
+    """Replicas that must confirm an acquisition."""
+    replicas = lock_settings.MIN_REPLICAS
+    if replicas and quorum:
+        raise ImproperlyConfigured(
+            "DJANGO_REDIS_LOCK_MIN_REPLICAS does not apply in quorum mode: its servers are "
+            "independent, with no replicas to wait for. Set it to 0 for quorum locks."
+        )
+    return int(replicas)
 
 
 @dataclass(eq=False, slots=True)

@@ -167,6 +167,12 @@ SETTINGS: dict[str, Setting] = {
             "How long a finished guarded task's id is kept against its redelivered copies.",
         ),
         Setting(
+            "METRICS",
+            [],
+            validators.exporters,
+            "Exporters of the locks' metrics: 'prometheus', 'opentelemetry' (none by default).",
+        ),
+        Setting(
             "CONNECTION_FACTORY",
             None,
             validators.optional_callable,
@@ -286,6 +292,10 @@ class LockSettings:
     @property
     def TASK_DONE_TTL(self) -> float:
         return cast("float", self.get("TASK_DONE_TTL"))
+
+    @property
+    def METRICS(self) -> tuple[str, ...]:
+        return cast("tuple[str, ...]", self.get("METRICS"))
 
     @property
     def CONNECTION_FACTORY(self) -> Callable[[str], Any] | None:

@@ -32,7 +32,7 @@ from .exceptions import LockBackendError, LockError, LockLost, LockNotOwned
 from .hints import check_names, hinted
 from .locks import LOCK_OPTIONS, Claim, Lock
 
-__all__ = ["lock", "locked_method", "prevent_double_submit"]
+__all__ = ["held_each_call", "lock", "locked_method", "prevent_double_submit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -68,6 +68,14 @@ def lock(name: str | Callable[..., str], **options: Any) -> Callable[[F], F]:
     """
     check_names(options, "@lock()", takes=LOCK_OPTIONS)
     Lock("validate-options", **options)  # bad options fail at import time, not at run time
+    return held_each_call(name, functools.partial(Lock, **options))
+
+
+def held_each_call(
+    name: str | Callable[..., str], primitive: Callable[[str], Any]
+) -> Callable[[F], F]:
+    """A decorator that holds ``primitive(name)`` (a ``Lock`` or ``Semaphore`` factory) for
+    each call of the decorated function, sync or async; ``name`` as for :func:`lock`."""
 
     def decorator(func: F) -> F:
         make_name = name_maker(name, func)
@@ -76,14 +84,14 @@ def lock(name: str | Callable[..., str], **options: Any) -> Callable[[F], F]:
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                async with Lock(make_name(*args, **kwargs), **options):
+                async with primitive(make_name(*args, **kwargs)):
                     return await func(*args, **kwargs)
 
             return async_wrapper  # type: ignore[return-value]
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with Lock(make_name(*args, **kwargs), **options):
+            with primitive(make_name(*args, **kwargs)):
                 return func(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]

@@ -1,6 +1,7 @@
-"""What ``Lock`` keeps between round trips: its settings, its holds (one per thread or task),
-their renewal, and what each outcome of the core's flows means for them. Written once for the
-sync and the async API, which differ only in how they run a flow (``locks.py``)."""
+"""What a primitive (``Lock``, ``Semaphore``) keeps between round trips: its settings, its holds
+(one per thread or task), their renewal, and what each outcome of the core's flows means for
+them. Written once for the sync and the async API, which differ only in how they run a flow
+(``primitive.py``)."""
 
 from __future__ import annotations
 
@@ -11,20 +12,20 @@ import time
 import weakref
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError
 
 from . import durations, holds, reports
 from .backends import Backend, backend_of
-from .claims import Claim, Pending, Resolved, Step
+from .claims import Claim, Pending, Resolved, Step, resolve
 from .commands import request_sent
 from .conf import lock_settings
-from .connection import LockAlias, quorum_members
+from .connection import LockAlias
 from .core import flows
 from .core.lease import held_by, takeover_prefixes
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .holds import Hold, HoldWatch, current_owner, reentrant_holds
-from .keys import LockKeys, lock_keys, readable_tag
+from .keys import LockKeys, lock_keys
+from .metrics.labels import group_of
 from .renewal import RenewedLease, renewer
 
 __all__ = ["Holding"]
@@ -37,8 +38,8 @@ _CONTENDED_MEMORY = 1.0
 
 
 class Holding:
-    """The bookkeeping half of :class:`~django_redis_lock.Lock` (its attributes are set
-    there)."""
+    """The bookkeeping half of a leased primitive, ``Lock`` or ``Semaphore`` (its attributes
+    are set by ``primitive.Leased._set_up``)."""
 
     _name: str
     _label: str | None
@@ -55,6 +56,8 @@ class Holding:
     _state: threading.Lock
     _release_failed: bool
     _contended_at: float
+    _limit: int = 0  # a semaphore's permits; 0: a lock
+    _group: str | None = None
 
     @property
     def name(self) -> str:
@@ -63,6 +66,13 @@ class Holding:
     @property
     def label(self) -> str | None:
         return self._label
+
+    @property
+    def group(self) -> str:
+        """What the metrics count this under: ``group=``, else the name's leading parts."""
+        if self._group is None:
+            self._group = group_of(self._name)
+        return self._group
 
     # -- who holds what ------------------------------------------------------------------------
 
@@ -97,30 +107,26 @@ class Holding:
     def _resolve(self) -> Resolved:
         # Settings are read once, when the Lock is first used (then they are fixed for it).
         if self._resolved is None:
-            alias = self._using or lock_settings.CACHE_ALIAS
-            if self._timeout is None:
-                lease = lock_settings.TIMEOUT
-                renew = lock_settings.AUTO_RENEW if self._auto_renew is None else self._auto_renew
-            else:
-                lease, renew = self._timeout, bool(self._auto_renew)
-            wait = self._wait if self._wait is not None else lock_settings.WAIT
-            quorum = quorum_members(alias) is not None
-            records = holds.OwnerRecords(
-                label=self._label, guard=self._guard,
-                name=None if readable_tag(self._name) else self._name,  # else the key says it
-            )  # fmt: skip
-            self._resolved = Resolved(
-                alias, lock_keys(self._name, alias), lease, renew, wait, quorum,
-                self._replicas(quorum), max(1, int(lock_settings.REPLICA_TIMEOUT * 1000)),
-                records,
+            self._resolved = resolve(
+                self._name, using=self._using, timeout=self._timeout,
+                auto_renew=self._auto_renew, wait=self._wait, label=self._label,
+                guard=self._guard, layout=self._layout,
             )  # fmt: skip
         return self._resolved
+
+    def _layout(self, alias: LockAlias, quorum: bool) -> Any:
+        """The keys (and scripts) of this primitive (``LockKeys``; a semaphore's differ)."""
+        return lock_keys(self._name, alias)
 
     def _alias_and_keys(self) -> tuple[LockAlias, LockKeys]:
         resolved = self._resolve()
         return resolved.alias, resolved.keys
 
-    def _backend_error(self, action: str, exc: BaseException) -> LockBackendError:
+    def _backend_error(
+        self, action: str, exc: BaseException, started: float | None = None
+    ) -> LockBackendError:
+        if started is not None:  # an acquisition's: how long it tried, for the metrics
+            reports.acquire_failed(self, time.monotonic() - started)
         return reports.backend_error(self._name, action, exc, lock_settings.REPLICA_TIMEOUT)
 
     # -- acquiring -----------------------------------------------------------------------------
@@ -155,6 +161,7 @@ class Holding:
             first=self._first_try(started, want_result, replicas, quorum),
             queues=not quorum,
             fencing=self._fencing,
+            limit=self._limit,
             want_result=want_result,
             job=self._job_id is not None,
             takeover=() if self._job_id is None else takeover_prefixes(self._job_id),
@@ -181,20 +188,9 @@ class Holding:
         """How an acquisition starts (see ``flows.acquire``)."""
         if replicas or (not quorum and now - self._contended_at < _CONTENDED_MEMORY):
             return "join"
-        if self._fencing or want_result:
-            return "take"
+        if self._fencing or want_result or self._limit:
+            return "take"  # (a semaphore's permit: always a script)
         return "set"
-
-    @staticmethod
-    def _replicas(quorum: bool) -> int:
-        """Replicas that must confirm an acquisition."""
-        replicas = lock_settings.MIN_REPLICAS
-        if replicas and quorum:
-            raise ImproperlyConfigured(
-                "DJANGO_REDIS_LOCK_MIN_REPLICAS does not apply in quorum mode: its servers are "
-                "independent, with no replicas to wait for. Set it to 0 for quorum locks."
-            )
-        return int(replicas)
 
     def _contended(self, plan: flows.AcquirePlan, holder: Any) -> None:
         self._contended_at = time.monotonic()
@@ -235,9 +231,11 @@ class Holding:
                 token=plan.token,
                 lease=lease,
                 on_lost=watch.lost,
-                name=self._name,
+                name=f"{type(self).__name__} {self._name!r}",
                 abandoned=watch.abandoned,
                 until=None if pending.renew else outcome.sent_at + lease,
+                script=plan.keys.EXTEND,
+                keys=plan.keys.extend_keys(),
             )
             hold.renewal.confirmed(outcome.sent_at, granted)
             renewer.add(hold.renewal)
@@ -245,6 +243,8 @@ class Holding:
             self._holds[owner] = hold
         if self._reentrant:
             reentrant_holds.set(owner, plan.keys.lease, hold)
+        if outcome.other_limit:
+            reports.limits_differ(self, plan.limit, outcome.other_limit)
         reports.acquired(self, now - plan.started, hold.fence)
 
     # -- releasing and extending ---------------------------------------------------------------

@@ -196,7 +196,7 @@ class HoldWatch:
     def abandoned(self) -> str | None:
         """Why nobody can release this hold any more (None: someone still may)."""
         if self._lock() is None:
-            return "its Lock object was garbage-collected"
+            return "the object that took it was garbage-collected"
         owner: Any = self._owner()
         if owner is None:
             ended = True

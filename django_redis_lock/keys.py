@@ -6,6 +6,8 @@
     <ns>{<tag>}:w:<token>  one waiter's wake-up list
     <ns>{<tag>}:r          the result of the guarded work, kept for duplicates (submissions)
 
+A semaphore's keys are the same tag's, after ``:s`` (``core/permits.py``).
+
 Only the lease exists while a lock is held uncontended; the queue keys exist while someone waits,
 and nothing is left once the lock is free.
     <ns>{!replay-budget}:<ms>  bytes of those results kept per client, per window (replays.py)
@@ -17,9 +19,15 @@ where ``<ns>`` is ``<cache KEY_PREFIX>:<DJANGO_REDIS_LOCK_KEY_PREFIX>:`` (no cac
 
 All keys of one lock share the ``{<tag>}`` hash tag, so they live in one Redis Cluster slot and
 one Lua script may touch them all. The tag is the name itself when the name is short and made
-of plain characters (readable in ``redis-cli``); any other name (braces, spaces, unicode,
-glob characters, 10 kB of text) is hashed, prefixed with ``#`` so it can never equal a readable
+of plain characters (readable in ``redis-cli``); any other name (spaces, unicode, glob
+characters, 10 kB of text) is hashed, prefixed with ``#`` so it can never equal a readable
 name; the owner record then keeps the readable name.
+
+A name may choose its slot as Redis Cluster's own keys do, with a hash tag of its own:
+``account:{bank-1}:42``. Its keys start ``<ns>{bank-1}{#<hash of the name>}``: Redis hashes
+the first braces, so every name tagged ``{bank-1}`` is in one slot and ``lock_many`` takes them
+in one script; the second braces keep each name's keys its own. (The rule is Redis': the text
+between the first ``{`` and the first ``}`` after it, when not empty.)
 
 The cache ``VERSION`` is deliberately ignored: bumping it in a rolling deploy must not split old
 and new processes into two lock namespaces.
@@ -35,12 +43,15 @@ from django.conf import settings
 from .conf import lock_settings
 from .connection import quorum_members
 from .core.lease import LockKeys
+from .core.permits import PermitKeys
 
 __all__ = [
     "LockKeys",
+    "hash_tag",
     "lock_keys",
     "name_in_key",
     "namespace",
+    "permit_keys",
     "readable_tag",
     "replay_budget_key",
 ]
@@ -66,6 +77,23 @@ def _tag(name: str) -> str:
     return "#" + digest[:32]
 
 
+def hash_tag(name: str) -> str | None:
+    """The hash tag ``name`` gives itself (``"bank-1"`` for ``account:{bank-1}:42``), or None:
+    the text between its first ``{`` and the first ``}`` after it, when not empty."""
+    start = name.find("{")
+    end = name.find("}", start + 1) if start >= 0 else -1
+    return name[start + 1 : end] if end > start + 1 else None
+
+
+def _base(name: str, alias: str | tuple[str, ...]) -> str:
+    """The key a primitive named ``name`` lives in; its other keys start with it."""
+    tag = hash_tag(name)
+    if tag is None:
+        return f"{namespace(alias)}{{{_tag(name)}}}"
+    # The name's own tag first (Redis hashes the first braces), then the name's hash.
+    return f"{namespace(alias)}{{{_tag(tag)}}}{{{_tag(name)}}}"
+
+
 def namespace(alias: str | tuple[str, ...]) -> str:
     """The prefix every lock key of ``alias`` starts with, ending in ``:``.
 
@@ -81,7 +109,13 @@ def namespace(alias: str | tuple[str, ...]) -> str:
 
 
 def lock_keys(name: str, alias: str | tuple[str, ...]) -> LockKeys:
-    return LockKeys.of(f"{namespace(alias)}{{{_tag(name)}}}")
+    return LockKeys.of(_base(name, alias))
+
+
+def permit_keys(name: str, alias: str | tuple[str, ...]) -> PermitKeys:
+    """The keys of semaphore ``name`` (``core/permits.py``): beside a lock of the same name's,
+    never the same."""
+    return PermitKeys.of(_base(name, alias))
 
 
 def replay_budget_key(alias: str | tuple[str, ...], window_ms: int) -> str:

@@ -19,35 +19,25 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-import threading
-import weakref
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 from redis.exceptions import RedisError
 
-from . import durations
-from .backends import async_backend_for, backend_of
-from .backends.drivers import arun, run
+from .backends import backend_of
 from .claims import Claim
-from .connection import async_lock_client
-from .core import flows
 from .core.lease import job_id_checked
 from .core.requests import Command
-from .exceptions import LockBackendError, LockNotOwned
 from .hints import check_names, keyword_names
-from .holding import Holding
-from .holds import Hold, current_owner
-from .quorum import members as checked_quorum
+from .holds import current_owner
+from .primitive import Leased
 
 __all__ = ["LOCK_OPTIONS", "Claim", "Lock"]
 
 logger = logging.getLogger("django_redis_lock")
 
 
-class Lock(Holding):
+class Lock(Leased):
     """A distributed lock named ``name``.
 
     ``timeout``: the lease in seconds. Not given: ``DJANGO_REDIS_LOCK_TIMEOUT``, renewed in the
@@ -64,7 +54,9 @@ class Lock(Holding):
     exactly that job's hold with ``registry.release_job(name, job_id)``; and an acquisition
     takes over the job's reservation (``jobs.reserve``, made when the job was queued) as if
     the lock were free. ``guard``: what kind of guard holds the lock (the task guards write
-    their mode, ``"until_executed"``...), shown in the admin and ``redis_locks``.
+    their mode, ``"until_executed"``...), shown in the admin and ``redis_locks``. ``group``:
+    what the metrics count it under (``"import:{feed_id}"``: a template, never an id); by
+    default the name's leading parts (``metrics/labels.py``).
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Lock:
@@ -85,49 +77,21 @@ class Lock(Holding):
         using: str | Sequence[str] | None = None,
         job_id: str | None = None,
         guard: str | None = None,
+        group: str | None = None,
     ) -> None:
-        if not isinstance(name, str):
-            raise TypeError(f"A lock name must be a str, not {type(name).__name__}.")
-        if not name:
-            raise ValueError("A lock name must not be empty.")
-        if timeout is not None:
-            timeout = durations.seconds(timeout, "timeout")
-        if wait is not None:
-            wait = durations.seconds(wait, "wait", wait=True, allow_inf=True)
         for flag, value in (("reentrant", reentrant), ("fencing", fencing)):
             if not isinstance(value, bool):
                 raise TypeError(f"{flag} must be True or False, not {value!r}.")
-        if auto_renew is not None and not isinstance(auto_renew, bool):
-            raise TypeError(f"auto_renew must be True, False or None, not {auto_renew!r}.")
-        for text, given in (("label", label), ("guard", guard)):
-            if given is not None and not isinstance(given, str):
-                raise TypeError(f"{text} must be a str, not {type(given).__name__}.")
-        if isinstance(using, list | tuple):
-            using = checked_quorum(using)
-        elif using is not None and (not isinstance(using, str) or not using):
-            raise TypeError(
-                "using must be a cache alias or quorum name (a non-empty str), or a list of "
-                f"cache aliases, not {using!r}."
-            )
-        self._name = name
-        self._timeout = timeout
-        self._wait = wait
-        self._auto_renew = auto_renew
+        if guard is not None and not isinstance(guard, str):
+            raise TypeError(f"guard must be a str, not {type(guard).__name__}.")
+        self._set_up(
+            "lock", name, timeout=timeout, wait=wait, auto_renew=auto_renew, label=label,
+            using=using, group=group,
+        )  # fmt: skip
         self._reentrant = reentrant
         self._fencing = fencing
-        self._label = label
         self._job_id = None if job_id is None else job_id_checked(job_id)
         self._guard = guard or None
-        self._using = using
-        self._resolved = None
-        self._holds: weakref.WeakKeyDictionary[object, Hold] = weakref.WeakKeyDictionary()
-        self._state = threading.Lock()
-        # Set for good once a release through this object did not complete: from then on an
-        # acquisition looks for one to finish first (_settle), which costs nothing until then.
-        self._release_failed = False
-        # When an acquisition through this object last had to wait: for a while after, the
-        # next one joins the queue at once instead of first trying a bare SET that would fail.
-        self._contended_at = -math.inf
 
     def __repr__(self) -> str:
         return f"<Lock {self._name!r}{' held' if self._hold() else ''}>"
@@ -140,82 +104,17 @@ class Lock(Holding):
             "timeout": self._timeout, "wait": self._wait, "auto_renew": self._auto_renew,
             "reentrant": self._reentrant, "fencing": self._fencing, "label": self._label,
             "using": self._using, "job_id": self._job_id, "guard": self._guard,
+            "group": self._group,
         }  # fmt: skip
         return (functools.partial(Lock, self._name, **options), ())
 
-    # -- properties ----------------------------------------------------------------------------
-
-    @property
-    def token(self) -> str | None:
-        """The current thread's / task's owner token, or None when it does not hold the lock."""
-        hold = self._hold()
-        return hold.token if hold else None
+    # -- the lock's own -------------------------------------------------------------------------
 
     @property
     def fencing_token(self) -> int | None:
         """The fencing token of the current holder's acquisition (``fencing=True`` only)."""
         hold = self._hold()
         return hold.fence if hold else None
-
-    @property
-    def lost(self) -> bool:
-        """True when the current holder's lease was found gone (by renewal or a check)."""
-        hold = self._hold()
-        return bool(hold and hold.lost_reason)
-
-    # -- synchronous API -----------------------------------------------------------------------
-
-    def acquire(self, wait: float | None = None) -> bool:
-        """Take the lock, waiting up to ``wait`` seconds; True when taken, False when not."""
-        return self.claim(wait).acquired
-
-    def claim(self, wait: float | None = None, *, want_result: bool = False) -> Claim:
-        """:meth:`acquire`, telling why not. With ``want_result``, an acquisition gives up as
-        soon as the guarded work's result is there (left by ``release(result=...)``): the
-        duplicate-submission and run-once guards are built on it. For a lock held for a job
-        (``job_id``), only a result that is the job's id counts: a run of the same job that
-        finished (the task guards leave it)."""
-        if self._release_failed:
-            self._settle()
-        pending = self._prepare(wait, want_result)
-        if isinstance(pending, Claim):
-            return pending
-        try:
-            outcome = run(flows.acquire(pending.plan), backend_of(pending.alias))
-        except (RedisError, flows.Unconfirmed) as exc:
-            raise self._backend_error("acquire", exc) from exc
-        return self._settled(pending, outcome)
-
-    def release(self, *, result: bytes | None = None, result_ttl: float = 0) -> None:
-        """Release our acquisition (one level of it, for re-entrant locks).
-
-        Raises ``LockNotOwned`` when this thread/task does not hold it, or when its lease had
-        already ended (then nothing is deleted: the lock may be someone else's by now). On a
-        connection error raises ``LockBackendError`` and keeps the token, so that ``release()``
-        can be retried; renewal stops, so an unreleased lease ends by itself. ``result``: left
-        for ``result_ttl`` seconds for acquisitions made with ``claim(want_result=True)``.
-        """
-        step = self._release_step(result, result_ttl)
-        if step.flow is None:
-            return
-        try:
-            code = run(step.flow, backend_of(step.alias))
-        except RedisError as exc:
-            raise self._release_failure(step, exc) from exc
-        except BaseException as exc:
-            self._release_failure(step, exc)
-            raise
-        self._released(step, code)
-
-    def extend(self, seconds: float | None = None) -> None:
-        """Make our lease end ``seconds`` from now (default: the lock's lease length)."""
-        step = self._extend_step(seconds)
-        assert step.flow is not None
-        try:
-            extended = run(step.flow, backend_of(step.alias))
-        except (RedisError, flows.Unconfirmed) as exc:
-            raise self._backend_error("extend", exc) from exc
-        self._extended(step, extended)
 
     def detach(self) -> str:
         """Stop holding the lock in this thread/task without releasing it, and return the
@@ -242,128 +141,12 @@ class Lock(Holding):
         ``math.inf`` for a key without an expiry (never ours: someone wrote it by hand)."""
         return self._seconds_left(self._read("PTTL"))
 
-    def ensure_held(self) -> None:
-        """Raise ``LockLost`` unless Redis confirms we still hold the lock. Call it before a
-        write that must not happen without the lock."""
-        hold = self._held_or_raise()
-        if hold.lost_reason is None and not self.owned():
-            self._report_lost(hold, "its lease was gone when checked")
-        if hold.lost_reason is not None:
-            raise self._lost_error(hold)
-
-    def __enter__(self) -> Lock:
-        claim = self.claim()
-        if not claim.acquired:
-            assert claim.refusal is not None
-            raise claim.refusal
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if self._inherited(current_owner()):
-            return  # a forked child leaving the with block: the lock stays its parent's
-        hold = self._hold()
-        try:
-            self.release()
-        except (LockNotOwned, LockBackendError) as error:
-            self._exit_error(hold, exc, error)
-
-    def _settle(self) -> None:
-        step = self._unsettled()
-        if step is not None and step.flow is not None:
-            try:
-                self._released(step, run(step.flow, backend_of(step.alias)))
-            except LockNotOwned:
-                pass  # a loss, reported as such
-            except RedisError as exc:
-                raise self._release_failure(step, exc) from exc
-
     def _read(self, command: str) -> Any:
         alias, keys = self._alias_and_keys()
         try:
             return backend_of(alias).perform(Command((command, keys.lease)))
         except RedisError as exc:
             raise self._backend_error("read", exc) from exc
-
-    # -- asynchronous API ----------------------------------------------------------------------
-
-    async def aacquire(self, wait: float | None = None) -> bool:
-        """``acquire()`` for asyncio: waits without blocking the event loop."""
-        return (await self.aclaim(wait)).acquired
-
-    async def aclaim(self, wait: float | None = None, *, want_result: bool = False) -> Claim:
-        """``claim()`` for asyncio."""
-        if self._release_failed:
-            await self._asettle()
-        pending = self._prepare(wait, want_result)
-        if isinstance(pending, Claim):
-            return pending
-        backend = async_backend_for(async_lock_client(pending.alias))
-        try:
-            outcome = await arun(flows.acquire(pending.plan), backend)
-        except (RedisError, flows.Unconfirmed) as exc:
-            raise self._backend_error("acquire", exc) from exc
-        return self._settled(pending, outcome)
-
-    async def arelease(self, *, result: bytes | None = None, result_ttl: float = 0) -> None:
-        """``release()`` for asyncio."""
-        step = self._release_step(result, result_ttl)
-        if step.flow is None:
-            return
-        try:
-            code = await arun(step.flow, async_backend_for(async_lock_client(step.alias)))
-        except RedisError as exc:
-            raise self._release_failure(step, exc) from exc
-        except BaseException as exc:  # a cancellation too
-            self._release_failure(step, exc)
-            raise
-        self._released(step, code)
-
-    async def aextend(self, seconds: float | None = None) -> None:
-        """``extend()`` for asyncio."""
-        step = self._extend_step(seconds)
-        assert step.flow is not None
-        try:
-            extended = await arun(step.flow, async_backend_for(async_lock_client(step.alias)))
-        except (RedisError, flows.Unconfirmed) as exc:
-            raise self._backend_error("extend", exc) from exc
-        self._extended(step, extended)
-
-    async def __aenter__(self) -> Lock:
-        claim = await self.aclaim()
-        if not claim.acquired:
-            assert claim.refusal is not None
-            raise claim.refusal
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if self._inherited(current_owner()):
-            return
-        hold = self._hold()
-        try:
-            await self.arelease()
-        except (LockNotOwned, LockBackendError) as error:
-            self._exit_error(hold, exc, error)
-
-    async def _asettle(self) -> None:
-        step = self._unsettled()
-        if step is not None and step.flow is not None:
-            backend = async_backend_for(async_lock_client(step.alias))
-            try:
-                self._released(step, await arun(step.flow, backend))
-            except LockNotOwned:
-                pass
-            except RedisError as exc:
-                raise self._release_failure(step, exc) from exc
 
 
 # The options Lock takes, which @lock(name, **options) and the others pass on to it.

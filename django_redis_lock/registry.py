@@ -42,6 +42,7 @@ __all__ = [
     "page",
     "release_job",
     "scan_page",
+    "scan_targets",
     "waiting",
 ]
 
@@ -76,13 +77,16 @@ def _read(client: Any, keys: list[str]) -> Iterator[LockInfo]:
         yield lock_info(key, value, int(pttl))
 
 
-def _patterns(match: str | None, alias: str) -> list[str]:
+def _patterns(match: str | None, alias: str) -> list[tuple[str, bool]]:
+    """The ``SCAN`` patterns, one after the other, each with whether it may list a name with a
+    hash tag of its own (``{tag}{#hash}``, keys.py): each key is listed by one pattern only."""
     base = glob_escape(namespace(alias))
     if not match:
-        return [base + "{*}"]
-    patterns = [base + "{#*}"]  # hashed names: matched against their records below
+        return [(base + "{*}", True)]
+    # Hashed names, and names with a tag of their own: matched against their records below.
+    patterns = [(base + "{#*}", True), (base + "{[^#]*}{#*}", True)]
     if readable_tag(match):  # a readable name containing `match` has it in its key too
-        patterns.insert(0, base + "{*" + glob_escape(match) + "*}")
+        patterns.insert(0, (base + "{*" + glob_escape(match) + "*}", False))
     return patterns
 
 
@@ -90,7 +94,7 @@ def _wanted(info: LockInfo, match: str | None) -> bool:
     return not match or match in info.name
 
 
-def _scan_targets(client: Any) -> list[Any]:
+def scan_targets(client: Any) -> list[Any]:
     """The plain clients to SCAN: the client itself, each primary of a Redis Cluster, or
     each server of a quorum."""
     if isinstance(client, QuorumClient):
@@ -173,7 +177,7 @@ def scan_page(
         raise ValueError(f"page_size must be a positive int, not {page_size!r}.")
     alias = using or lock_settings.CACHE_ALIAS
     client = lock_client(alias)
-    targets = _scan_targets(client)
+    targets = scan_targets(client)
     quorum = isinstance(client, QuorumClient)
     patterns = _patterns(match, alias)
     parts = cursor.split(":")
@@ -193,9 +197,8 @@ def scan_page(
     while target_index < len(targets) and len(items) < page_size:
         target = targets[target_index]
         try:
-            position, keys = execute(
-                target, "SCAN", position, "MATCH", patterns[phase_index], "COUNT", count
-            )
+            pattern, tagged = patterns[phase_index]
+            position, keys = execute(target, "SCAN", position, "MATCH", pattern, "COUNT", count)
         except RedisError as exc:
             if not isinstance(client, QuorumClient):
                 raise
@@ -211,7 +214,11 @@ def scan_page(
             count = min(count * 2, _MAX_SCAN_COUNT)
         position = int(position)
         scanned += len(keys)
-        fresh = [k for k in map(text, keys) if k.endswith("}") and k not in seen]
+        fresh = [
+            k
+            for k in map(text, keys)
+            if k.endswith("}") and k not in seen and (tagged or "}{" not in k)
+        ]
         seen.update(fresh)
         if quorum:
             fresh = _not_on(targets[:target_index], fresh)
@@ -328,7 +335,7 @@ def eviction_warnings(*, using: str | None = None) -> list[str]:
     """
     alias = using or lock_settings.CACHE_ALIAS
     warnings = []
-    for server in _scan_targets(lock_client(alias)):
+    for server in scan_targets(lock_client(alias)):
         try:
             replies = execute_many(
                 server, [("CONFIG", "GET", "maxmemory"), ("CONFIG", "GET", "maxmemory-policy")]

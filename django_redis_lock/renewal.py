@@ -26,6 +26,7 @@ from typing import Any
 from redis.exceptions import NoScriptError, RedisError
 
 from .backends import ClusterBackend, ServerBackend, backend_for
+from .backends.server import SCRIPTS
 from .commands import execute, execute_many, node_client
 from .conf import lock_settings
 from .core.schedule import RenewedLease, Schedule
@@ -109,7 +110,7 @@ class _Renewer:
                     self._condition.wait(None if self._wakes_at is None else self._wakes_at - now)
             for lease, reason in found.abandoned:
                 logger.warning(
-                    "Lock %r was acquired and never released: %s. It is no longer renewed, so "
+                    "%s was acquired and never released: %s. It is no longer renewed, so "
                     "it frees when its lease ends (%ss at most).",
                     lease.name, reason, lease.lease,
                 )  # fmt: skip
@@ -162,6 +163,19 @@ def _extend_all(
     backend: ServerBackend, leases: list[RenewedLease], lengths: list[int]
 ) -> list[Any]:
     """Each lease renewed the way its topology does it best (1, 0 or an error each)."""
+    others = [index for index, lease in enumerate(leases) if lease.script != EXTEND.name]
+    if others:
+        # A semaphore's permits among them (rarely many per process): one script call each,
+        # the locks' leases as below.
+        results: list[Any] = [None] * len(leases)
+        locks = [index for index in range(len(leases)) if leases[index].script == EXTEND.name]
+        if locks:
+            renewed = _extend_all(backend, [leases[i] for i in locks], [lengths[i] for i in locks])
+            for index, result in zip(locks, renewed, strict=True):
+                results[index] = result
+        for index in others:
+            results[index] = _extend_one(backend, leases[index], lengths[index])
+        return results
     quorum = not backend.queues  # every server, as a majority: one lease at a time
     replicas = lock_settings.MIN_REPLICAS
     if replicas and not quorum:
@@ -177,6 +191,16 @@ def _extend_all(
     if isinstance(backend, ClusterBackend):
         return _extend_on_nodes(backend.client, leases, lengths)
     return _extend_many(backend.client, leases, lengths)
+
+
+def _extend_one(backend: ServerBackend, lease: RenewedLease, ms: int) -> Any:
+    replicas = lock_settings.MIN_REPLICAS
+    if replicas:
+        return _extend_acknowledged(backend, lease, ms, replicas)
+    try:
+        return backend.run_script(SCRIPTS[lease.script], lease.keys, [lease.token, ms])
+    except RedisError as exc:
+        return exc
 
 
 def _pipelined(server: Any, script: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
@@ -248,7 +272,8 @@ def _extend_acknowledged(
     timeout_ms = max(1, int(lock_settings.REPLICA_TIMEOUT * 1000))
     try:
         result, acknowledged = backend.acknowledged(
-            EXTEND, [lease.key], [lease.token, ms], replicas, timeout_ms,
+            SCRIPTS[lease.script], lease.keys or [lease.key], [lease.token, ms], replicas,
+            timeout_ms,
             wanted=lambda reply: reply == 1,
         )  # fmt: skip
     except RedisError as exc:

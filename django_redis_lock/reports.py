@@ -14,14 +14,17 @@ from . import signals
 from .core.flows import Unconfirmed
 from .core.lease import decode_lease
 from .exceptions import LockBackendError
+from .metrics import hub as metrics
 
 __all__ = [
     "Reported",
+    "acquire_failed",
     "acquired",
     "backend_error",
     "contended",
     "contention_observed",
     "gave_up",
+    "limits_differ",
     "lost",
     "owner_of",
     "released",
@@ -38,6 +41,9 @@ class Reported(Protocol):
 
     @property
     def label(self) -> str | None: ...
+
+    @property
+    def group(self) -> str: ...  # for metrics: its name's template (metrics/labels.py)
 
 
 def owner_of(value: Any, name: str) -> dict[str, Any] | None:
@@ -58,6 +64,8 @@ def contention_observed() -> bool:
 
 def contended(lock: Reported, max_wait: float, holder: Any) -> None:
     """``lock`` is held by someone else, and we wait for it (``holder``: their lease value)."""
+    if metrics.sinks:
+        metrics.contended(lock)
     owner = owner_of(holder, lock.name)
     described = owner or {}
     logger.info(
@@ -74,12 +82,23 @@ def gave_up(lock: Reported, max_wait: float) -> None:
     is told (``LockNotAcquired``, or a guard's own handling, such as a command's exit status),
     and handles it; a WARNING would reach stderr through logging's last-resort handler in a
     project without ``LOGGING``, which a cron job mails, even with ``--verbosity 0``."""
+    if metrics.sinks:
+        metrics.waited(lock, metrics.TIMED_OUT, max_wait)
     if max_wait > 0:
         logger.info("Gave up on lock %r after waiting %ss", lock.name, max_wait)
 
 
+def acquire_failed(lock: Reported, waited: float) -> None:
+    """An acquisition ended in an error (Redis unreachable...), after ``waited`` seconds: the
+    caller gets the error; only the metrics are told here."""
+    if metrics.sinks:
+        metrics.waited(lock, metrics.ERROR, waited)
+
+
 def acquired(lock: Reported, waited: float, fence: int | None) -> None:
     """``lock`` is ours (``waited``: 0.0 for a re-entry)."""
+    if metrics.sinks:
+        metrics.waited(lock, metrics.ACQUIRED, waited)
     logger.debug("Acquired lock %r after %.3fs", lock.name, waited)
     if signals.lock_acquired.receivers:
         signals.lock_acquired.send(
@@ -89,6 +108,8 @@ def acquired(lock: Reported, waited: float, fence: int | None) -> None:
 
 
 def released(lock: Reported, held: float) -> None:
+    if metrics.sinks:
+        metrics.held(lock, held)
     logger.debug("Released lock %r after %.3fs", lock.name, held)
     if signals.lock_released.receivers:
         signals.lock_released.send(
@@ -99,6 +120,8 @@ def released(lock: Reported, held: float) -> None:
 def lost(lock: Reported, held: float, reason: str) -> None:
     """A hold ended without our release: loudly (ERROR log, ``lock_lost``). Called once per
     hold (the caller sees to that)."""
+    if metrics.sinks:
+        metrics.lost(lock, reason)
     logger.error(
         "Lost lock %r (label %r) after holding it %.3fs: %s. Work done under it may have "
         "overlapped another holder's.",
@@ -107,6 +130,24 @@ def lost(lock: Reported, held: float, reason: str) -> None:
     signals.lock_lost.send(
         sender=type(lock), lock=lock, name=lock.name, label=lock.label, held=held,
         reason=reason,
+    )  # fmt: skip
+
+
+_limits_told: set[tuple[str, int, int]] = set()
+
+
+def limits_differ(lock: Reported, ours: int, theirs: int) -> None:
+    """A semaphore's permit was taken under ``ours`` while another holder's was taken under
+    ``theirs`` (a rolling deploy that changes the limit): each caller is held to its own, so
+    up to the larger number may hold one meanwhile. A WARNING, once per process and pair."""
+    if (lock.name, ours, theirs) in _limits_told:
+        return
+    _limits_told.add((lock.name, ours, theirs))
+    logger.warning(
+        "Semaphore %r is used with different limits: this process allows %d holders, another "
+        "holder took its permit under a limit of %d. Each acquisition is held to its own "
+        "limit, so up to %d may hold it until every process uses the same one.",
+        lock.name, ours, theirs, max(ours, theirs),
     )  # fmt: skip
 
 

@@ -12,9 +12,12 @@ The lease is one string, ``token|since_ms|fence|owner record`` (``lease.py``), s
 taken with a bare ``SET NX PX``, no script. The scripts, each documented at its top:
 
 - ``take.lua``: a free lock with a fencing token, or quorum mode's attempt (never queues);
+- ``take_many.lua``: ``lock_many``'s free locks, in one step, when they share a hash slot;
 - ``join.lua``: the contended acquisition: take it if free, else queue and block;
 - ``release.lua``: release, handing the lease straight to the first live waiter;
-- ``extend.lua``: renewal and ``extend()``.
+- ``extend.lua``: renewal and ``extend()``;
+- ``permit_acquire.lua``, ``permit_release.lua``, ``permit_extend.lua``: the same three for a
+  semaphore's permits (``Semaphore``), kept in a sorted set scored by lease end.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from .commands import aexecute, aexecute_acknowledged, execute, execute_acknowledged
+from .core.permits import NEXT_WAITERS
 from .durations import MAX_SECONDS
 
 __all__ = [
@@ -35,9 +39,13 @@ __all__ = [
     "EXTEND_MANY",
     "HANDOFF_MS",
     "JOIN",
+    "PERMIT_ACQUIRE",
+    "PERMIT_EXTEND",
+    "PERMIT_RELEASE",
     "QUEUE_TTL_MS",
     "RELEASE",
     "TAKE",
+    "TAKE_MANY",
     "Script",
     "load_script",
 ]
@@ -191,14 +199,71 @@ end
 """
 
 
+# Also prepended to a semaphore's scripts (``permit_*.lua``), whose KEYS start with the
+# holders (a sorted set: token -> lease end, server ms), their owner records (a hash), the
+# queue and the waiters. permits_purge(): drop the permits whose lease has ended.
+# permits_expire(): both holder keys end with the last lease. permits_limit_of_first(): the
+# limit the first holder took its permit under (``default`` when nobody holds one).
+# live_ahead(): how many live waiters are ahead of ``token`` in the queue (all of them when it
+# is not queued), counting up to ``most``; dead ones met on the way are dropped. NEXT_WAITERS:
+# how many of the queue's first tokens a grant's message names (core/permits.py).
+_PERMITS_PRELUDE = f"""
+local NEXT_WAITERS = {NEXT_WAITERS}
+local function permits_purge(now)
+  local ended = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+  if #ended > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    for _, gone in ipairs(ended) do redis.call('HDEL', KEYS[2], gone) end
+  end
+end
+local function permits_expire(now)
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if last[2] then
+    local ms = math.max(1, tonumber(last[2]) - now)
+    redis.call('PEXPIRE', KEYS[1], ms)
+    redis.call('PEXPIRE', KEYS[2], ms)
+  else
+    redis.call('DEL', KEYS[2])
+  end
+end
+local function permits_limit_of_first(default)
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+  local entry = first and redis.call('HGET', KEYS[2], first)
+  if not entry then return default end
+  return tonumber(string.match(entry, '^%d+|(%d+)|')) or default
+end
+local function live_ahead(now, most, token)
+  local ahead, index = 0, 0
+  while ahead < most do
+    local waiter = redis.call('LINDEX', KEYS[3], index)
+    if not waiter or waiter == token then return ahead end
+    local entry = redis.call('HGET', KEYS[4], waiter)
+    if entry and tonumber(string.match(entry, '^(%d+)|')) >= now then
+      ahead, index = ahead + 1, index + 1
+    else
+      redis.call('LREM', KEYS[3], 1, waiter)
+      redis.call('HDEL', KEYS[4], waiter)
+    end
+  end
+  return ahead
+end
+"""
+
+
 def load_script(name: str) -> Script:
-    """The script ``lua/<name>.lua``, with the prelude above."""
+    """The script ``lua/<name>.lua``, with the prelude above (and a semaphore's, for
+    ``permit_*``)."""
     source = resources.files(__package__).joinpath(f"lua/{name}.lua").read_text("utf-8")
-    return Script(name, _PRELUDE + source)
+    prelude = _PRELUDE + (_PERMITS_PRELUDE if name.startswith("permit_") else "")
+    return Script(name, prelude + source)
 
 
 TAKE = load_script("take")
+TAKE_MANY = load_script("take_many")
 JOIN = load_script("join")
 RELEASE = load_script("release")
 EXTEND = load_script("extend")
 EXTEND_MANY = load_script("extend_many")
+PERMIT_ACQUIRE = load_script("permit_acquire")
+PERMIT_RELEASE = load_script("permit_release")
+PERMIT_EXTEND = load_script("permit_extend")

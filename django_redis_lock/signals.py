@@ -1,5 +1,5 @@
-"""Signals sent by the lock engine. Each is sent with ``sender=Lock`` (the class) and these
-keyword arguments:
+"""Signals sent by the lock engine. Each is sent with ``sender=Lock`` (the class; a semaphore's
+with ``sender=Semaphore``, its ``lock`` the Semaphore) and these keyword arguments:
 
 ``lock_acquired``        lock, name, label, waited (seconds spent waiting), fencing_token
 ``lock_released``        lock, name, label, held (seconds)

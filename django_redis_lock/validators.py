@@ -6,6 +6,7 @@ Each takes the full setting name and the raw value, and returns the value to use
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Callable
 from typing import Any, cast
@@ -151,6 +152,31 @@ def quorums(setting: str, value: Any) -> dict[str, tuple[str, ...]]:
         except ValueError as exc:
             raise InvalidSetting(setting, f"[{name!r}]: {exc}", problem="value") from None
     return quorums
+
+
+EXPORTERS = {"prometheus": "prometheus_client", "opentelemetry": "opentelemetry.metrics"}
+
+
+def exporters(setting: str, value: Any) -> tuple[str, ...]:
+    """Metrics exporters: names from ``EXPORTERS``, each with its package installed."""
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise InvalidSetting(
+            setting, f"must be a list of exporter names, not {value!r}.", problem="type",
+            hint=f"For example [{', '.join(map(repr, EXPORTERS))}].",
+        )  # fmt: skip
+    for name in value:
+        if name not in EXPORTERS:
+            raise InvalidSetting(
+                setting,
+                f"names an unknown exporter {name!r}: use {' or '.join(map(repr, EXPORTERS))}.",
+                problem="value",
+            )
+        if importlib.util.find_spec(EXPORTERS[name].split(".")[0]) is None:
+            raise InvalidSetting(
+                setting, f"names {name!r}, whose package is not installed.", problem="missing",
+                hint=f'pip install "django-redis-lock[{name}]"',
+            )  # fmt: skip
+    return tuple(dict.fromkeys(value))
 
 
 def optional_callable(setting: str, value: Any) -> Callable[..., Any] | None:

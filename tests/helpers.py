@@ -99,3 +99,30 @@ def plant_lease(client, key, token="someone-else", px=None):
 
     value = encode_lease(token, 1, 0, OwnerRecord(10, 1, "elsewhere", "MainThread").encode())
     client.set(key, value, px=px)
+
+
+def start_queued(count: int, target, client, queue_key, timeout: float = 10.0) -> list:
+    """Start ``count`` threads running ``target(index)``, each once the one before has joined
+    the queue at ``queue_key`` (so they queue in index order); returns the threads."""
+    import threading
+
+    threads = []
+    for index in range(count):
+        thread = threading.Thread(target=target, args=(index,))
+        thread.start()
+        threads.append(thread)
+        wait_until(lambda i=index: client.llen(queue_key) == i + 1, timeout, "queued")
+    return threads
+
+
+def staff(*permissions: str):
+    """A logged-in test client of a staff user with these permissions (codenames)."""
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    user = User.objects.create_user(f"staff-{len(permissions)}", is_staff=True)
+    for codename in permissions:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    client = Client()
+    client.force_login(user)
+    return client

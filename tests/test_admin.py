@@ -8,26 +8,17 @@ import threading
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 
 from django_redis_lock import Lock, LockNotOwned, registry
-from tests.helpers import wait_until
+from tests.helpers import staff, wait_until
 
 CHANGELIST = "/admin/django_redis_lock/heldlock/"
 RELEASE = CHANGELIST + "release/"
 DETAIL = CHANGELIST + "show/"
 
 pytestmark = pytest.mark.django_db
-
-
-def staff(*permissions: str) -> Client:
-    user = User.objects.create_user(f"staff-{len(permissions)}", is_staff=True)
-    for codename in permissions:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

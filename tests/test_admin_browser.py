@@ -92,6 +92,9 @@ def test_operator_releases_a_stuck_lock_in_the_browser(open_locks_page, tmp_path
     page = open_locks_page()
     assert page.is_visible("text=invoices:send")
     assert page.is_visible("text=send_invoices (cron, web-2)")
+    # The count sits above the list, not squeezed beside it (Django 6.0's flex container).
+    count, listing = page.locator(".lock-count").bounding_box(), page.locator("#result_list")
+    assert count["y"] + count["height"] <= listing.bounding_box()["y"]
     assert page.locator("#result_list tr", has_text=":42").is_visible()
     assert "queued" in page.locator("#result_list tr", has_text=":42").inner_text()
     assert "until_executed" in page.locator("#result_list tr", has_text=":7").inner_text()
@@ -170,3 +173,43 @@ def test_operator_is_told_what_is_wrong_in_the_browser(
     redis_down = tmp_path / "admin-redis-down.png"
     page.screenshot(path=str(redis_down), full_page=True)
     keep_screenshots(warnings, not_a_lock, redis_down)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operator_releases_one_permit_of_a_semaphore_in_the_browser(open_locks_page, tmp_path):
+    from django_redis_lock import Semaphore
+
+    renders = [Semaphore("pdf-renders", limit=4, label=f"render invoice {n}") for n in (7, 8, 9)]
+    for render in renders:
+        assert render.acquire()
+    partner = Semaphore("partner-api:acme", limit=2, label="sync orders")
+    assert partner.acquire()
+    held = Lock("invoices:send", timeout=300, label="send_invoices (cron, web-2)")
+    assert held.acquire()
+
+    page = open_locks_page()
+    page.wait_for_selector("#semaphore_list")
+    row = page.locator("#semaphore_list tr", has_text="pdf-renders")
+    assert "3 of 4" in row.inner_text()
+    listing = tmp_path / "admin-semaphores.png"
+    page.screenshot(path=str(listing), full_page=True)
+
+    row.locator("a", has_text="pdf-renders").click()
+    page.wait_for_selector("#holder_list")
+    assert page.is_visible("text=render invoice 8")
+    detail = tmp_path / "admin-semaphore-detail.png"
+    page.screenshot(path=str(detail), full_page=True)
+    page.locator("#holder_list tr", has_text="render invoice 8").locator(
+        "a.button", has_text="Release this permit"
+    ).click()
+    page.wait_for_selector("text=Yes, release")
+    page.click("input[value='Yes, release']")
+    page.wait_for_selector("ul.messagelist")
+    assert page.is_visible("text=Released a permit of semaphore 'pdf-renders'.")
+    assert "2 of 4" in page.inner_text("#semaphore-summary")
+
+    assert [render.owned() for render in renders] == [True, False, True]
+    keep_screenshots(listing, detail)
+    for render in (renders[0], renders[2], partner):
+        render.release()
+    held.release()

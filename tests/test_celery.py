@@ -5,6 +5,7 @@ the broker cannot interfere."""
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import logging
@@ -33,7 +34,10 @@ SOON = 30
 def configured(broker_url):
     tasks.app.conf.broker_url = broker_url
     tasks.app.conf.result_backend = broker_url
-    return tasks.app
+    yield tasks.app
+    # The module's results go while their broker is still up: an AsyncResult unsubscribes
+    # from it when collected (Celery 5.4 raises if it is gone, at the session's end).
+    gc.collect()
 
 
 @pytest.fixture(scope="module")

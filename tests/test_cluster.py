@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import redis
 from redis.cluster import RedisCluster
 
 from django_redis_lock import Lock, LockBackendError, LockLost, get_redis_client, registry
@@ -96,3 +97,77 @@ def test_replica_confirmation_goes_to_the_primary_of_the_slot(on_cluster, settin
         with pytest.raises(LockBackendError, match="only 0 of the 1 replicas"):
             Lock(name, timeout=10).acquire()
         assert not on_cluster.exists(lock_keys(name, "default").lease)  # given back
+
+
+def test_semaphore_on_a_cluster(on_cluster, settings):
+    from django_redis_lock import Semaphore
+    from django_redis_lock.keys import permit_keys
+
+    keys = permit_keys("cluster:renders", "default")
+    slots = {
+        on_cluster.keyslot(key)
+        for key in (keys.holders, keys.owners, keys.queue, keys.waiters, keys.wake("t"))
+    }
+    assert len(slots) == 1
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.5  # renewed: three leases pass while held
+    first, second = Semaphore("cluster:renders", limit=2), Semaphore("cluster:renders", limit=2)
+    assert first.acquire()
+    assert second.acquire()
+    got_it = threading.Event()
+    waiter = threading.Thread(
+        target=lambda: Semaphore("cluster:renders", limit=2, wait=10).acquire() and got_it.set()
+    )
+    waiter.start()
+    while not on_cluster.exists(keys.queue):
+        got_it.wait(0.01)
+    assert not got_it.wait(1.5)  # renewed past three leases: still full
+    first.release()
+    assert got_it.wait(5)  # handed over by the release
+    waiter.join()
+    second.release()
+
+
+def _calls(redis_cluster, command: str) -> int:
+    total = 0
+    for server in redis_cluster.servers:
+        client = redis.Redis.from_url(server.url)
+        total += client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0)
+        client.close()
+    return total
+
+
+def _reset_stats(redis_cluster) -> None:
+    for server in redis_cluster.servers:
+        client = redis.Redis.from_url(server.url)
+        client.config_resetstat()
+        client.close()
+
+
+def test_lock_many_with_one_hash_tag_is_one_script(on_cluster, redis_cluster):
+    from django_redis_lock import lock_many
+
+    names = [f"account:{{bank-1}}:{index}" for index in range(5)]
+    group = lock_many(names, wait=0)
+    assert group.acquire()  # connections made, script loaded
+    group.release()
+    _reset_stats(redis_cluster)
+    assert group.acquire()
+    # Every member in one script (the SETs it runs count too, so they are five).
+    assert _calls(redis_cluster, "evalsha") == 1
+    assert _calls(redis_cluster, "set") == len(names)
+    group.release()
+    assert not any(on_cluster.exists(lock_keys(name, "default").lease) for name in names)
+
+
+def test_lock_many_across_slots_takes_each_on_its_node(on_cluster):
+    from django_redis_lock import lock_many
+
+    names = [f"cluster:many:{index}" for index in range(12)]  # spread over the primaries
+    other = Lock(names[7])
+    assert other.acquire()
+    assert not lock_many(names, wait=0).acquire()  # all or nothing, across nodes too
+    assert not any(on_cluster.exists(lock_keys(name, "default").lease) for name in names[:7])
+    other.release()
+    with lock_many(reversed(names)) as group:
+        assert all(on_cluster.exists(lock_keys(name, "default").lease) for name in names)
+    assert not group.held

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from redis.crc import key_slot
 
 from django_redis_lock import Lock, registry
 from django_redis_lock.keys import lock_keys, namespace
@@ -29,7 +30,7 @@ def test_cache_key_prefix_comes_first_and_version_is_ignored(settings, redis_url
 
 @pytest.mark.parametrize(
     "name",
-    ["a b", "{braces}", "über", "x" * 10_000, "*?[]\\", "", "tab\there", "#abc"],
+    ["a b", "{}", "{unclosed", "über", "x" * 10_000, "*?[]\\", "", "tab\there", "#abc"],
 )
 def test_other_names_are_hashed_into_one_tag(name):
     keys = lock_keys(name or "\0", "default")
@@ -37,8 +38,18 @@ def test_other_names_are_hashed_into_one_tag(name):
     assert tag, keys.lease
 
 
+def test_a_name_with_a_hash_tag_of_its_own_is_in_that_tags_slot():
+    keys = lock_keys("account:{bank-1}:42", "default")
+    assert re.fullmatch(r"lock:\{bank-1\}\{#[0-9a-f]{32}\}", keys.lease), keys.lease
+    assert key_slot(keys.lease.encode()) == key_slot(b"{bank-1}") == key_slot(keys.queue.encode())
+    # An unreadable tag is hashed, the same way for every name that carries it.
+    first, second = lock_keys("a:{x y}:1", "default"), lock_keys("a:{x y}:2", "default")
+    assert first.lease != second.lease
+    assert key_slot(first.lease.encode()) == key_slot(second.lease.encode())
+
+
 def test_distinct_names_get_distinct_keys():
-    names = ["a b", "a  b", "A b", "{x}", "{x} ", "#0", "x" * 10_000, "x" * 10_001]
+    names = ["a b", "a  b", "A b", "{x}", "{x} ", "x{x}", "#0", "x" * 10_000, "x" * 10_001]
     assert len({lock_keys(name, "default").lease for name in names}) == len(names)
 
 
@@ -50,9 +61,10 @@ def test_any_name_locks_and_unlocks(redis_client, name):
     lock = Lock(name, timeout=5, wait=0)
     assert lock.acquire()
     keys = lock_keys(name, "default")
-    # One hash tag, balanced, so Redis Cluster puts all of one lock's keys in one slot.
-    assert keys.lease.count("{") == 1
+    # All of one lock's keys in one Redis Cluster slot.
     assert keys.lease.endswith("}")
+    slots = {key_slot(key.encode()) for key in (keys.lease, keys.queue, keys.wake("t"))}
+    assert len(slots) == 1
     assert redis_client.pttl(keys.lease) > 0
     assert registry.get_lock(name).name == name  # from the key, or kept in the lease
     lock.release()

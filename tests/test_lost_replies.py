@@ -382,3 +382,25 @@ def test_an_acquisition_that_gave_up_on_a_busy_redis_gives_the_lease_back(
     client = redis.Redis.from_url(server.url)
     assert not client.exists(lease_key("busy"))  # given back, after Redis ran the ACQUIRE
     client.close()
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_group_whose_release_failed_is_taken_again_after_finishing_it(
+    behind_proxy, redis_client, reentrant
+):
+    """A member's failed release is finished before the group takes it again: the one-script
+    path must not re-enter (or refuse) a hold whose release is under way."""
+    from django_redis_lock import lock_many
+
+    redis_proxy = behind_proxy(0.5)
+    group = lock_many(["group:a", "group:b"], timeout=10, reentrant=reentrant)
+    assert group.acquire()
+    redis_proxy.mode = DROP_REPLIES
+    with pytest.raises(LockBackendError):
+        group.release()
+    redis_proxy.mode = PASS
+    assert group.acquire()
+    for lock in group.locks:
+        assert lease_token(redis_client, lease_key(lock.name)) == lock.token  # really held
+    group.release()
+    assert not redis_client.exists(lease_key("group:a"), lease_key("group:b"))

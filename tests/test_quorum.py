@@ -442,3 +442,19 @@ def test_sockets_numbered_past_1024_are_watched_too(quorum):
         for descriptor in spare:
             os.close(descriptor)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_lock_many_on_a_quorum_takes_each_member_on_a_majority(quorum):
+    from django_redis_lock import lock_many
+
+    names = ["q:many:b", "q:many:a"]
+    other = Lock("q:many:b", using="redlock")
+    assert other.acquire()
+    assert not lock_many(names, using="redlock", wait=0.1).acquire()  # all or nothing
+    assert all(lease_token(client, lease_key("q:many:a")) is None for client in quorum.clients)
+    other.release()
+    with lock_many(names, using="redlock") as group:
+        for lock in group.locks:
+            tokens = [lease_token(client, lease_key(lock.name)) for client in quorum.clients]
+            assert tokens == [lock.token] * 3
+    assert not group.held

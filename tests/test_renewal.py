@@ -241,6 +241,7 @@ def test_renewal_stops_after_the_lock_object_is_garbage_collected(
     key = lock_keys("dropped", "default").lease
     wait_until(lambda: not redis_client.exists(key), 10, "the dropped lock's lease to expire")
     [warning] = abandonment_warnings(caplog, "dropped")
+    assert warning.getMessage().startswith("Lock 'dropped' was acquired")
     assert "garbage-collected" in warning.getMessage()
     assert losses == []
 

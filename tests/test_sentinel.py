@@ -427,3 +427,20 @@ def test_renewals_follow_the_new_primary_before_the_old_one_is_demoted(settings,
     finally:
         held.release()
     assert _token(replica, "short-lease") is None
+
+
+def test_semaphore_through_sentinel_with_replica_confirmation(settings, sentinel_setup):
+    from django_redis_lock import Semaphore
+    from django_redis_lock.keys import permit_keys
+
+    primary, _, _, _ = sentinel_setup
+    settings.DJANGO_REDIS_LOCK_MIN_REPLICAS = 1
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.5
+    semaphore = Semaphore("via-sentinel:renders", limit=2)
+    with semaphore:
+        client = redis.Redis.from_url(primary.url)
+        holders = permit_keys("via-sentinel:renders", "default").holders
+        score = client.zscore(holders, semaphore.token)
+        wait_until(lambda: client.zscore(holders, semaphore.token) != score, 5, "a renewal")
+        assert Semaphore("via-sentinel:renders", limit=2, wait=0).acquire()
+        assert not Semaphore("via-sentinel:renders", limit=2, wait=0).acquire()

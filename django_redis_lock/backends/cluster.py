@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
@@ -26,11 +27,20 @@ from ..scripts import Script
 from ..waits import await_wake_on_cluster, wait_for_wake
 from .server import AsyncServerBackend, ServerBackend, one_by_one, shortened
 
-__all__ = ["AsyncClusterBackend", "ClusterBackend"]
+__all__ = ["AsyncClusterBackend", "ClusterBackend", "one_slot"]
+
+
+def one_slot(keys: Sequence[str]) -> bool:
+    """Whether ``keys`` are all in one hash slot, so that one script may touch them all (names
+    sharing a hash tag of their own, keys.py)."""
+    return len({key_slot(key.encode("utf-8", "surrogatepass")) for key in keys}) <= 1
 
 
 class ClusterBackend(ServerBackend):
     """Redis Cluster (``redis.cluster.RedisCluster``)."""
+
+    def one_script(self, keys: Sequence[str]) -> bool:
+        return one_slot(keys)
 
     def send(self, *args: Any, **options: Any) -> Any:
         # The socket timeout applies, not a reply budget: see commands.execute_on_cluster.
@@ -83,6 +93,9 @@ class ClusterBackend(ServerBackend):
 
 class AsyncClusterBackend(AsyncServerBackend):
     """:class:`ClusterBackend` for ``redis.asyncio.cluster.RedisCluster``."""
+
+    def one_script(self, keys: Sequence[str]) -> bool:
+        return one_slot(keys)
 
     async def send(self, *args: Any, **options: Any) -> Any:
         return await aexecute_on_cluster(self.client, *args)

@@ -15,6 +15,10 @@ __all__ = ["AsyncQuorumBackend", "QuorumBackend"]
 class QuorumBackend(ServerBackend):
     queues = False
 
+    def one_script(self, keys: Sequence[str]) -> bool:
+        """Each server of a quorum may grant a different part: one lock at a time."""
+        return False
+
     def send(self, *args: Any, **options: Any) -> Any:
         # Each server's socket timeout applies; the QuorumClient decides when it has heard
         # enough (a majority).
@@ -34,6 +38,10 @@ class AsyncQuorumBackend(AsyncServerBackend):
     """:class:`QuorumBackend` for asyncio (each request runs in a worker thread)."""
 
     queues = False
+
+    def one_script(self, keys: Sequence[str]) -> bool:
+        """Each server of a quorum may grant a different part: one lock at a time."""
+        return False
 
     async def send(self, *args: Any, **options: Any) -> Any:
         return await self.client.execute_command(*args)

@@ -26,7 +26,17 @@ from ..commands import (
     follow_sentinel,
 )
 from ..core.requests import Block, Command, Eval, Failover, Pipeline, Request
-from ..scripts import EXTEND, JOIN, RELEASE, TAKE, Script
+from ..scripts import (
+    EXTEND,
+    JOIN,
+    PERMIT_ACQUIRE,
+    PERMIT_EXTEND,
+    PERMIT_RELEASE,
+    RELEASE,
+    TAKE,
+    TAKE_MANY,
+    Script,
+)
 from ..waits import arun_then_wait, await_wake, run_then_wait, wait_for_wake
 
 __all__ = [
@@ -38,7 +48,19 @@ __all__ = [
     "shortened",
 ]
 
-SCRIPTS: dict[str, Script] = {script.name: script for script in (TAKE, JOIN, RELEASE, EXTEND)}
+SCRIPTS: dict[str, Script] = {
+    script.name: script
+    for script in (
+        TAKE,
+        TAKE_MANY,
+        JOIN,
+        RELEASE,
+        EXTEND,
+        PERMIT_ACQUIRE,
+        PERMIT_RELEASE,
+        PERMIT_EXTEND,
+    )
+}
 
 
 def _grants(reply: Any) -> bool:
@@ -92,6 +114,10 @@ class Backend:
         if isinstance(error, ClusterError):
             return "TTL exhausted" in str(error)
         return isinstance(error, ResponseError) and str(error).startswith("TRYAGAIN")
+
+    def one_script(self, keys: Sequence[str]) -> bool:
+        """Whether one script may touch all of ``keys`` (``lock_many``): on one server, yes."""
+        return True
 
     @staticmethod
     def unreachable(error: BaseException) -> bool:

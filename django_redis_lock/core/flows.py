@@ -81,6 +81,7 @@ class AcquirePlan:
     # Lease values (prefixes) taken over as if the lock were free: the job's reservation.
     takeover: tuple[str, ...] = ()
     only_takeover: bool = False  # a free lock is left free (a reservation renamed)
+    limit: int = 0  # a semaphore's number of permits (keys: core/permits.PermitKeys)
     report_holder: Callable[[], bool] = lambda: False  # ask for the holder's record now?
     # The first time we must wait: called with the plan and the holder's lease value (or None).
     on_contended: Callable[[AcquirePlan, Any], None] = lambda plan, holder: None
@@ -98,6 +99,7 @@ class Acquired:
     sent_at: float  # the lease runs from no earlier than this (monotonic)
     next_token: str  # the waiter first in line after us, as far as we know ('' none)
     done: bool = False  # the guarded work's result is there (want_result): release, read it
+    other_limit: int = 0  # a semaphore's: another holder took its permit under this limit
 
 
 @dataclass(slots=True)
@@ -173,20 +175,14 @@ def _poll(plan: AcquirePlan) -> Flow:
     again after a short random delay until the wait is over."""
     keys, clock = plan.keys, plan.clock
     deadline = plan.started + plan.max_wait
-    flags = _flags(plan)
-    # One key unless the result is wanted: on a Redis Cluster slot being moved, a script with
-    # several keys waits for the move to end (TRYAGAIN) unless all are on one side.
-    taking = (keys.lease, keys.result) if plan.want_result else (keys.lease,)
+    taking, args = keys.take_call(plan, _flags(plan))
     holder: Any = None
     contended = False
     while True:
         sent_at = clock()
-        reply = yield Eval(
-            "take", taking, (plan.token, plan.lease_ms, plan.record, flags, *plan.takeover),
-            reply_timeout=_budget(deadline - sent_at),
-        )  # fmt: skip
+        reply = yield Eval(keys.TAKE, taking, args, reply_timeout=_budget(deadline - sent_at))
         if int(reply[0]) == 1:
-            return Acquired(int(reply[1]), int(reply[2]), sent_at, "")
+            return Acquired(int(reply[1]), int(reply[2]), sent_at, "", other_limit=_other(reply))
         if int(reply[0]) == 2:
             return Done(reply[1])
         pttl = int(reply[1])
@@ -207,7 +203,6 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
     trip) where the backend can; until the wait is over, or a release hands us the lease."""
     keys, token, clock = plan.keys, plan.token, plan.clock
     deadline = plan.started + plan.max_wait
-    join_keys = (keys.lease, keys.queue, keys.waiters, keys.wake(token), keys.result)
     holder: Any = None
     pttl = 0
     # How long the holder's lease has left: ours, until a join tells us.
@@ -229,12 +224,10 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             if together:
                 flags += "b"
             liveness = (block if mode == QUEUE else 0.0) + LIVENESS_SLACK
+            join_keys, args = keys.join_call(plan, mode, flags, int(liveness * 1000))
             join = Eval(
-                "join", join_keys,
-                (token, plan.lease_ms, plan.record, mode, flags, int(liveness * 1000),
-                 *plan.takeover),
-                reply_timeout=_budget(remaining),
-                give_back=give_back(keys, token),
+                keys.JOIN, join_keys, args,
+                reply_timeout=_budget(remaining), give_back=give_back(keys, token),
             )  # fmt: skip
             message = None
             try:
@@ -260,7 +253,9 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             code = int(reply[0])
             if code == 1:  # (a message popped with it is join.lua's own, ending the block)
                 queued = False
-                granted = Acquired(int(reply[1]), int(reply[2]), sent_at, "")
+                granted = Acquired(
+                    int(reply[1]), int(reply[2]), sent_at, "", other_limit=_other(reply)
+                )
                 if reply[3]:
                     granted = _from_message(reply[3], sent_at)
                     if granted.done:
@@ -301,8 +296,13 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
         raise  # closed by its owner: nothing more may be sent
     except BaseException as error:
         if queued and not plan.unreachable(error):
-            yield from _leave(keys, token, join_keys, plan.lease_ms, plan.record)
+            yield from _leave(plan)
         raise
+
+
+def _other(reply: Any) -> int:
+    """A semaphore's grant: the limit another holder took its permit under, when not ours."""
+    return int(reply[4]) if len(reply) > 4 else 0
 
 
 def _until_lease_ends(reply: Any) -> float:
@@ -333,16 +333,14 @@ def _confirmed(plan: AcquirePlan, request: Eval) -> Eval:
     )  # fmt: skip
 
 
-def _leave(
-    keys: LockKeys, token: str, join_keys: tuple[str, ...], lease_ms: int, record: str
-) -> Flow:
+def _leave(plan: AcquirePlan) -> Flow:
     """Step out of the line, interrupted; a lease handed to us meanwhile is passed on."""
+    keys = plan.keys
     try:
-        reply = yield Eval(
-            "join", join_keys, (token, lease_ms, record, LEAVE, "", 1000), cleanup=True
-        )
+        leave_keys, args = keys.join_call(plan, LEAVE, "", 1000)
+        reply = yield Eval(keys.JOIN, leave_keys, args, cleanup=True)
         if int(reply[0]) == 1:
-            yield from release(keys, token, "", cleanup=True)
+            yield from release(keys, plan.token, "", cleanup=True)
     except Exception:
         pass  # our liveness deadline passes, and the queue skips us
 
@@ -350,7 +348,7 @@ def _leave(
 def _confirm_handoff(plan: AcquirePlan, granted: Acquired) -> Flow:
     keys = plan.keys
     reply, acknowledged = yield Eval(
-        "extend", (keys.lease,), (plan.token, plan.lease_ms),
+        keys.EXTEND, keys.extend_keys(), (plan.token, plan.lease_ms),
         replicas=plan.replicas, replica_timeout_ms=plan.replica_timeout_ms,
     )  # fmt: skip
     if int(reply) == 1 and acknowledged < plan.replicas:

@@ -22,7 +22,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "JOB_SEPARATOR",
@@ -226,13 +226,23 @@ def seconds_left(pttl: int) -> float | None:
 @dataclass(frozen=True)
 class LockKeys:
     """The keys of one lock (``keys.py`` names them): the lease, and the queue keys that exist
-    while someone waits."""
+    while someone waits.
+
+    With ``core/permits.PermitKeys`` (a semaphore's), a *layout*: what the acquisition flow
+    (``flows.py``) needs to know of a primitive, namely its keys, the names of its four scripts
+    (their replies have one shape) and each script's keys and arguments. ``lease`` is the key
+    the primitive lives in."""
 
     lease: str
     queue: str
     waiters: str
     result: str
     wake_prefix: str
+
+    TAKE: ClassVar[str] = "take"
+    JOIN: ClassVar[str] = "join"
+    RELEASE: ClassVar[str] = "release"
+    EXTEND: ClassVar[str] = "extend"
 
     @classmethod
     def of(cls, lease: str) -> LockKeys:
@@ -246,3 +256,21 @@ class LockKeys:
         """The keys ``release.lua`` is given, expecting ``expected`` first in line."""
         wake = self.wake(expected) if expected else self.wake_prefix
         return (self.lease, self.queue, self.waiters, wake, self.result)
+
+    def extend_keys(self) -> tuple[str, ...]:
+        return (self.lease,)
+
+    def take_call(self, plan: Any, flags: str) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        """``take.lua``'s keys and arguments for ``plan`` (a ``flows.AcquirePlan``). One key
+        unless the result is wanted: on a Redis Cluster slot being moved, a script with several
+        keys waits for the move to end (TRYAGAIN) unless all are on one side."""
+        keys = (self.lease, self.result) if plan.want_result else (self.lease,)
+        return keys, (plan.token, plan.lease_ms, plan.record, flags, *plan.takeover)
+
+    def join_call(
+        self, plan: Any, mode: int, flags: str, liveness_ms: int
+    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        """``join.lua``'s keys and arguments."""
+        keys = (self.lease, self.queue, self.waiters, self.wake(plan.token), self.result)
+        args = (plan.token, plan.lease_ms, plan.record, mode, flags, liveness_ms, *plan.takeover)
+        return keys, args

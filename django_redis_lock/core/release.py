@@ -7,6 +7,7 @@ import contextlib
 from typing import Any
 
 from .lease import PENDING_JOB, LockKeys, is_reservation, job_of, reservation_token
+from .permits import PermitKeys
 from .requests import Command, Eval, Failover, Flow, Pipeline
 
 __all__ = ["Unconfirmed", "end_reservation", "extend", "give_back", "release", "text"]
@@ -30,11 +31,11 @@ def give_back(keys: LockKeys, token: str) -> Eval:
     """Sent after an acquisition request whose reply we gave up on (too slow, cancelled), on
     the same connection: the lease that request may have granted goes back instead of being
     held for a lease by nobody."""
-    return Eval("release", keys.release_keys(""), (token, ""))
+    return Eval(keys.RELEASE, keys.release_keys(""), (token, ""))
 
 
 def release(
-    keys: LockKeys,
+    keys: LockKeys | PermitKeys,
     token: str,
     expected: str,
     *,
@@ -48,20 +49,21 @@ def release(
     0 (released), -1 (not ours: nothing touched) or -2 (the key is not a lock)."""
     keep = (result, result_ttl_ms) if result is not None else ()
     reply = yield Eval(
-        "release", keys.release_keys(expected), (token, expected, *keep),
+        keys.RELEASE, keys.release_keys(expected), (token, expected, *keep),
         reply_timeout=reply_timeout, cleanup=cleanup,
     )  # fmt: skip
     code = int(reply[0])
     if code == 2:
-        # Handed to a waiter we did not expect: wake it. If this fails, it finds the lease its
-        # own when its block ends and it looks again.
-        head, message = text(reply[1]), text(reply[2])
-        ms = int(message.split("|", 2)[1])
+        # Handed to waiters we did not expect (a semaphore's release may hand several
+        # permits): wake them. If this fails, each finds the lease its own when its block ends
+        # and it looks again.
+        commands: list[tuple[Any, ...]] = []
+        for head, message in zip(reply[1::2], reply[2::2], strict=True):
+            wake, message = keys.wake(text(head)), text(message)
+            ms = int(message.split("|", 2)[1])
+            commands += (("RPUSH", wake, message), ("PEXPIRE", wake, ms))
         with contextlib.suppress(Exception):
-            yield Pipeline(
-                (("RPUSH", keys.wake(head), message), ("PEXPIRE", keys.wake(head), ms)),
-                cleanup=True,
-            )
+            yield Pipeline(tuple(commands), cleanup=True)
     return 0 if code > 0 else code
 
 
@@ -70,8 +72,8 @@ def extend(
 ) -> Flow:
     """Make the lease end ``lease_ms`` from now; False when it is no longer ours."""
     reply = yield Eval(
-        "extend",
-        (keys.lease,),
+        keys.EXTEND,
+        keys.extend_keys(),
         (token, lease_ms),
         replicas=replicas,
         replica_timeout_ms=timeout_ms,

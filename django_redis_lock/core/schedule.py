@@ -32,10 +32,12 @@ RETRY_INTERVAL = 0.5
 @dataclass(eq=False, slots=True)
 class RenewedLease:
     """One held lease to keep alive. ``expires_at`` is monotonic: when the lease ends unless
-    renewed (as far as this process knows). ``name`` is the lock's readable name, for logs;
-    ``abandoned()`` says why nobody can release the lease any more (None: someone may).
+    renewed (as far as this process knows). ``name`` names it in logs (kind and name:
+    ``Lock 'report'``); ``abandoned()`` says why nobody can release the lease any more (None:
+    someone may).
     ``until``: a lease of fixed length that was handed over short (``release.lua``): lengthened
-    once, to end then (monotonic), and not renewed after that."""
+    once, to end then (monotonic), and not renewed after that. ``script`` and ``keys``: how it
+    is renewed (a lock's lease: ``extend.lua`` on ``key``; a semaphore's permit: its own)."""
 
     client: Any
     key: str
@@ -45,6 +47,8 @@ class RenewedLease:
     name: str = ""
     abandoned: Callable[[], str | None] = field(default=lambda: None, repr=False)
     until: float | None = None
+    script: str = "extend"
+    keys: tuple[str, ...] = ()
     active: bool = True  # False once removed (released, lost or abandoned)
     length: float = 0.0  # seconds: what the latest confirmation gave it (a handed lease: less)
     expires_at: float = 0.0

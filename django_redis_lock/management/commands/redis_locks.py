@@ -3,6 +3,8 @@
     redis_locks list [--match TEXT] [--limit N] [--json]
     redis_locks show NAME [--json]
     redis_locks release NAME [--token TOKEN] [--yes]
+    redis_locks semaphores [NAME] [--match TEXT] [--json]
+    redis_locks release-permit NAME TOKEN
 
 Exit status: 0 done; 1 the lock is not held, changed hands before the release (nothing was
 deleted), or the release was not confirmed; 2 bad usage; 3 Redis could not be reached (for a
@@ -15,7 +17,6 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-from datetime import datetime, timezone
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -23,6 +24,7 @@ from redis.exceptions import RedisError
 
 from django_redis_lock import registry
 from django_redis_lock.exceptions import LockBackendError
+from django_redis_lock.management import lines
 
 # The exit status when Redis (or a quorum's majority) could not be read.
 UNREACHABLE = 3
@@ -33,13 +35,6 @@ def _positive(text: str) -> int:
     if value < 1:
         raise ValueError(text)
     return value
-
-
-def _age(info: registry.LockInfo) -> str:
-    if info.acquired_at is None:
-        return "?"
-    seconds = (datetime.now(timezone.utc) - info.acquired_at).total_seconds()
-    return f"{max(seconds, 0):.0f}s"
 
 
 def _job(info: registry.LockInfo) -> str:
@@ -68,10 +63,21 @@ class Command(BaseCommand):
             "--token", help="release only if the lock still has this token (from list or show)"
         )
         release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        semaphores = actions.add_parser(
+            "semaphores", help="the semaphores with a permit held now, or one's holders"
+        )
+        semaphores.add_argument("name", nargs="?", help="show this semaphore's holders")
+        semaphores.add_argument("--match", help="only names containing this text")
+        semaphores.add_argument("--json", action="store_true", dest="as_json", help="JSON")
+        permit = actions.add_parser(
+            "release-permit", help="force-release one permit of a semaphore (its TOKEN)"
+        )
+        permit.add_argument("name")
+        permit.add_argument("token", help="the permit's owner token, from `semaphores NAME`")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            getattr(self, f"_{options['action']}")(**options)
+            getattr(self, f"_{options['action'].replace('-', '_')}")(**options)
         except (RedisError, LockBackendError) as exc:
             # One line, like the admin page and the guards, not redis-py's traceback.
             raise CommandError(
@@ -90,16 +96,13 @@ class Command(BaseCommand):
             self._unread(missing, unreachable)
             return
         rows = [
-            (info.name, info.label or "", info.holder, _job(info), _age(info),
+            (info.name, info.label or "", info.holder, _job(info), lines.age(info),
              f"{info.ttl:.1f}s" if info.expires else "never",
              str(info.fencing_token or ""))
             for info in locks
         ]  # fmt: skip
-        header = ("NAME", "LABEL", "HOLDER", "TASK", "AGE", "TTL", "FENCE")
-        widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-        for row in [header, *rows]:
-            cells = (str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
-            self.stdout.write("  ".join(cells).rstrip())
+        for line in lines.table(("NAME", "LABEL", "HOLDER", "TASK", "AGE", "TTL", "FENCE"), rows):
+            self.stdout.write(line)
         if not rows and missing is None:
             self.stderr.write("No locks are held.")
         for warning in registry.eviction_warnings():
@@ -145,6 +148,18 @@ class Command(BaseCommand):
                 "or changed hands). Nothing was deleted."
             )
         self.stdout.write(f"Released {name!r}.")
+
+    def _semaphores(
+        self, *, name: str | None, match: str | None, as_json: bool, **options: Any
+    ) -> None:
+        printed, note = lines.semaphores(name, match, as_json)
+        for line in printed:
+            self.stdout.write(line)
+        if note:
+            self.stderr.write(note)
+
+    def _release_permit(self, *, name: str, token: str, **options: Any) -> None:
+        self.stdout.write(lines.release_permit(name, token, "manage.py redis_locks"))
 
     def _held(self, name: str) -> registry.LockInfo:
         info = registry.get_lock(name)

@@ -1,0 +1,82 @@
+-- permit_acquire: take one of a semaphore's permits, or queue for one (the semaphore's join.lua).
+-- A permit is a member of a sorted set scored by when its lease ends, by the server's clock, so
+-- a crashed holder's permit ends by itself and no client's clock is ever trusted.
+--
+-- KEYS[1]  the holders: token -> lease end, server ms (a sorted set)
+-- KEYS[2]  their owner records: token -> 'since ms|limit|owner record' (a hash)
+-- KEYS[3]  the queue: waiters' tokens, first come first served
+-- KEYS[4]  the waiters: token -> 'liveness deadline ms|limit|owner record'
+-- KEYS[5]  our wake-up list
+-- ARGV[1]  our token
+-- ARGV[2]  lease length, ms
+-- ARGV[3]  our owner record (see lease.py)
+-- ARGV[4]  mode: 0 take a permit or say who holds them (never queue); 1 take or queue; 2 take
+--          or leave the queue (the wait is over); 3 leave the queue (interrupted)
+-- ARGV[5]  flags: 'o' return a holder's value when not acquired (always in mode 0); 'b' the caller blocks on its
+--          wake-up list right after this (same round trip): unless we queue it, push '' there
+-- ARGV[6]  how long the queue may count us alive without hearing from us, ms
+-- ARGV[7]  the number of permits (our limit: each caller is held to its own)
+--
+-- Returns {1, 0, pttl_ms, wake-up message or '', other limit or 0} when we hold a permit
+-- (taken now, or handed to us by a release); {0, pttl_ms, a holder's value or false} when not
+-- (pttl: until the first permit's lease ends). "other limit": a holder's, when it is not ours.
+local token, mode, flags = ARGV[1], tonumber(ARGV[4]), ARGV[5]
+local lease, liveness, limit = duration(ARGV[2]), duration(ARGV[6]), tonumber(ARGV[7])
+if not limit or limit < 1 or limit % 1 ~= 0 then error('invalid limit: ' .. tostring(ARGV[7])) end
+local now = server_time()
+
+local function leave()
+  if redis.call('HDEL', KEYS[4], token) == 1 then redis.call('LREM', KEYS[3], 1, token) end
+end
+local function unblock()
+  if string.find(flags, 'b', 1, true) then
+    redis.call('RPUSH', KEYS[5], '')
+    redis.call('PEXPIRE', KEYS[5], 1000)
+  end
+end
+
+local mine = redis.call('ZSCORE', KEYS[1], token)
+if mine and tonumber(mine) > now then
+  -- Handed to us by a release while we were not blocked: its message is on our list.
+  local message = redis.call('LPOP', KEYS[5]) or ''
+  unblock()
+  return {1, 0, tonumber(mine) - now, message, 0}
+end
+if mode == 3 then
+  leave()
+  return {0, 0, false}
+end
+permits_purge(now)
+local free = limit - redis.call('ZCARD', KEYS[1])
+if free > 0 and live_ahead(now, free, token) < free then
+  leave()
+  local other = permits_limit_of_first(limit)
+  -- The hash first: a key of the wrong type fails it before anything is written (the sorted
+  -- set's type was checked by the ZSCORE above), and both get their expiry right after.
+  redis.call('HSET', KEYS[2], token, now .. '|' .. limit .. '|' .. ARGV[3])
+  redis.call('ZADD', KEYS[1], now + lease, token)
+  permits_expire(now)
+  unblock()
+  if other == limit then other = 0 end
+  return {1, 0, lease, '', other}
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local pttl = 0
+if first[2] then pttl = math.max(1, tonumber(first[2]) - now) end
+if mode == 1 then
+  local joining = redis.call('HSET', KEYS[4], token, (now + liveness) .. '|' .. limit .. '|' .. ARGV[3]) == 1
+  redis.call('PEXPIRE', KEYS[4], QUEUE_TTL_MS)
+  if joining then redis.call('RPUSH', KEYS[3], token) end
+  redis.call('PEXPIRE', KEYS[3], QUEUE_TTL_MS)
+else
+  leave()
+  unblock()
+end
+if (mode == 0 or string.find(flags, 'o', 1, true)) and first[1] then
+  local entry = redis.call('HGET', KEYS[2], first[1])
+  if entry then
+    local since, _, record = string.match(entry, '^(%d+)|(%d+)|(.*)$')
+    return {0, pttl, first[1] .. '|' .. since .. '|0|' .. record}
+  end
+end
+return {0, pttl, false}
