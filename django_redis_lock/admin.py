@@ -6,11 +6,17 @@ read from the database: ``changelist_view`` pages through ``registry.page()``. A
 through a confirmation page, is a POST (CSRF-protected), deletes a lock only if it still has
 the token that was shown, and leaves an admin ``LogEntry``. A semaphore's page lists its
 holders (``semaphore_registry.py``); one permit is force-released the same way.
+
+The "Hot locks" page (``hot/``) is a census of the whole namespace (``census.py``, the
+figures the gauges export): most waiters now, oldest holds, leases about to end, and held and
+waiting by group. It refreshes itself every few seconds until the user turns that off
+(``?refresh=off``), as the list can be asked to (``?refresh=5``).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlencode
@@ -24,7 +30,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from redis.exceptions import RedisError
 
-from . import registry, semaphore_registry
+from . import census, registry, semaphore_registry
 from .conf import lock_settings
 from .exceptions import LockBackendError
 from .keys import lock_keys
@@ -32,15 +38,51 @@ from .models import HeldLock
 
 RELEASE_PERMISSION = "django_redis_lock.release_lock"
 _TEMPLATES = "admin/django_redis_lock/heldlock/"
+_HOT_REFRESH = 5  # seconds: the hot-locks page's default
+_HOT_ROWS = 10
+# How the list's rows may be ordered (within the page: SCAN pages come in no order).
+_ORDERS = {
+    "name": lambda info: info.name,
+    "waiting": lambda info: (-info.waiting, info.name),
+    "ttl": lambda info: (info.ttl, info.name),
+}
+
+
+def _refresh(request: HttpRequest, default: int) -> int:
+    """Seconds between reloads asked for with ``?refresh=`` (``off``: 0), else ``default``."""
+    value = request.GET.get("refresh", "")
+    if value == "off":
+        return 0
+    return min(int(value), 3600) if value.isdigit() and int(value) > 0 else default
+
+
+def _query(**params: Any) -> str:
+    """A query string of the ``params`` that have a value."""
+    return "?" + urlencode({key: value for key, value in params.items() if value})
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "?"
+    seconds = max(0, int(value))
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {seconds:02d}s"
 
 
 def _age(info: registry.LockInfo) -> str:
     if info.acquired_at is None:
         return "?"
-    seconds = max(0, int((datetime.now(timezone.utc) - info.acquired_at).total_seconds()))
-    minutes, seconds = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {seconds:02d}s"
+    return _seconds((datetime.now(timezone.utc) - info.acquired_at).total_seconds())
+
+
+def _entry_rows(entries: list[census.Entry]) -> list[tuple[census.Entry, str, str]]:
+    """Each entry with how long it has been held and how long its lease has left, as text."""
+    return [
+        (entry, _seconds(entry.held_for), "never" if entry.ends_in == math.inf else
+         f"{entry.ends_in:.1f} s")
+        for entry in entries
+    ]  # fmt: skip
 
 
 class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -67,6 +109,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             path("release/", view(self.release_view), name=f"{name}_release"),
             path("semaphore/", view(self.semaphore_view), name=f"{name}_semaphore"),
             path("release-permit/", view(self.permit_release_view), name=f"{name}_permit"),
+            path("hot/", view(self.hot_view), name=f"{name}_hot"),
         ]
 
     def _url(self, view: str) -> str:
@@ -83,6 +126,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "release_url": self._url("release"),
             "semaphore_url": self._url("semaphore"),
             "permit_release_url": self._url("permit"),
+            "hot_url": self._url("hot"),
             **extra,
         }
 
@@ -90,6 +134,9 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not self.has_view_permission(request):
             raise PermissionDenied
         query = request.GET.get("q", "").strip()
+        order = request.GET.get("o", "name")
+        order = order if order in _ORDERS else "name"
+        refresh = _refresh(request, 0)
         cursor = request.GET.get("cursor", "0")
         page_text = request.GET.get("p", "1")
         page_number = int(page_text) if page_text.isdigit() and int(page_text) > 0 else 1
@@ -116,8 +163,23 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 f"hold. Unreachable: {'; '.join(unreachable)}",
                 messages.WARNING,
             )
-        # By name: SCAN returns keys in no particular order, which may differ between reloads.
-        rows = [(info, _age(info)) for info in sorted(items, key=lambda info: info.name)]
+        # Sorted (by name unless asked): SCAN returns keys in no order, which may differ
+        # between reloads.
+        rows = [(info, _age(info)) for info in sorted(items, key=_ORDERS[order])]
+        here, page = (cursor, page_number) if page_number > 1 else ("", "")
+        total = None  # how many are held in all, not on this page only
+        if error is None and (rows or next_cursor):
+            try:
+                found = census.take_census()
+            except (RedisError, LockBackendError):
+                found = None  # the page was read: it is shown without the total
+            if found is not None:
+                locks = [e for e in found.entries if e.kind == "lock"]
+                total = {
+                    "held": sum(1 for e in locks if not query or query in e.name),
+                    "waiting": sum(e.waiting for e in locks if not query or query in e.name),
+                    "complete": found.complete,
+                }
         semaphores = []
         if error is None and page_number == 1:  # few, and listed whole, on the first page
             try:
@@ -140,12 +202,52 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             error=error,
             page_size=lock_settings.ADMIN_PAGE_SIZE,
             scanned=scanned,
+            total=total,
+            order=order,
+            refresh=refresh,
+            # Links that keep the page's search, order and refresh, changing one of them.
+            sort_urls={
+                name: _query(q=query, o=name, refresh=refresh, cursor=here, p=page)
+                for name in _ORDERS
+            },
+            refresh_url=_query(q=query, o=order, refresh="off" if refresh else 5, cursor=here, p=page),
+            keep_params="&" + _query(q=query, o=order, refresh=refresh)[1:],
             show_tasks=show_tasks,
             show_fences=show_fences,
             semaphores=[(info, _age(info.holders[0])) for info in semaphores],
             semaphores_cut=len(semaphores) == lock_settings.ADMIN_PAGE_SIZE,
         )
         return TemplateResponse(request, _TEMPLATES + "change_list.html", context)
+
+    def hot_view(self, request: HttpRequest) -> HttpResponse:
+        """Contention now: a census of every lock and semaphore (``census.py``)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        found, error = None, None
+        try:
+            found = census.take_census()
+        except (RedisError, LockBackendError) as exc:
+            error = f"Redis could not be reached: {exc}"
+        groups = []
+        if found is not None:
+            by_group = found.groups()
+            groups = sorted(
+                ((kind, group, figures) for (kind, group), figures in by_group.items()),
+                key=lambda row: (-row[2].waiting, -row[2].held, row[0], row[1]),
+            )
+        context = self._context(
+            request,
+            "Hot locks",
+            census=found,
+            error=error,
+            most_waited=_entry_rows(found.most_waited(_HOT_ROWS)) if found else [],
+            oldest=_entry_rows(found.oldest(_HOT_ROWS)) if found else [],
+            ending=_entry_rows(found.ending(_HOT_ROWS)) if found else [],
+            groups=groups,
+            refresh=_refresh(request, _HOT_REFRESH),
+            default_refresh=_HOT_REFRESH,
+        )
+        return TemplateResponse(request, _TEMPLATES + "hot.html", context)
 
     def detail_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):

@@ -55,7 +55,7 @@ class Resolved:
 def resolve(
     name: str, *, using: Any, timeout: float | None, auto_renew: bool | None,
     wait: float | None, label: str | None, guard: str | None,
-    layout: Callable[[LockAlias, bool], Any],
+    layout: Callable[[LockAlias, bool], Any], group: str | None = None,
 ) -> Resolved:  # fmt: skip
     """What a primitive named ``name`` takes from the settings: its own options where given,
     else the settings' defaults (read now; the primitive keeps the result). ``layout(alias,
@@ -68,7 +68,7 @@ def resolve(
         lease, renew = timeout, bool(auto_renew)
     quorum = quorum_members(alias) is not None
     records = OwnerRecords(
-        label=label, guard=guard,
+        label=label, guard=guard, group=group,
         name=None if readable_tag(name) else name,  # else the key says it
     )  # fmt: skip
     return Resolved(

@@ -60,13 +60,23 @@ def name_maker(name: str | Callable[..., str], func: Callable[..., Any]) -> Call
     return from_template
 
 
+def template_group(name: str | Callable[..., str], options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the metrics group a decorator's locks share: ``group=`` if given,
+    else the template ``name`` itself (``"sync:{customer_id}"``: one label, whatever the ids)."""
+    if "group" not in options and isinstance(name, str) and "{" in name:
+        return {**options, "group": name}
+    return options
+
+
 def lock(name: str | Callable[..., str], **options: Any) -> Callable[[F], F]:
     """Run each call of the decorated function while holding the lock ``name``.
 
     ``options`` are those of :class:`Lock` (``timeout``, ``wait``, ``label``, ...); they are
-    checked when the decorator is applied, not at the first call.
+    checked when the decorator is applied, not at the first call. A template ``name`` is the
+    locks' metrics group unless ``group=`` says another.
     """
     check_names(options, "@lock()", takes=LOCK_OPTIONS)
+    options = template_group(name, options)
     Lock("validate-options", **options)  # bad options fail at import time, not at run time
     return held_each_call(name, functools.partial(Lock, **options))
 
@@ -193,7 +203,8 @@ class _SubmissionGuard:
             name = submissions.submission_lock_name(self.group, client, fingerprint)
             keep = self.hold
         lock = Lock(
-            name, wait=self.wait, timeout=self.timeout, label=f"submission to {self.group}"
+            name, wait=self.wait, timeout=self.timeout, label=f"submission to {self.group}",
+            group=f"view:{self.group}",
         )
         return _Submission(
             lock, fingerprint, keep, idempotency_key is not None, client,

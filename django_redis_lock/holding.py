@@ -57,7 +57,8 @@ class Holding:
     _release_failed: bool
     _contended_at: float
     _limit: int = 0  # a semaphore's permits; 0: a lock
-    _group: str | None = None
+    _group: str | None = None  # given (group=...): written in the owner record too
+    _derived_group: str | None = None
 
     @property
     def name(self) -> str:
@@ -70,9 +71,11 @@ class Holding:
     @property
     def group(self) -> str:
         """What the metrics count this under: ``group=``, else the name's leading parts."""
-        if self._group is None:
-            self._group = group_of(self._name)
-        return self._group
+        if self._group is not None:
+            return self._group
+        if self._derived_group is None:
+            self._derived_group = group_of(self._name)
+        return self._derived_group
 
     # -- who holds what ------------------------------------------------------------------------
 
@@ -110,7 +113,7 @@ class Holding:
             self._resolved = resolve(
                 self._name, using=self._using, timeout=self._timeout,
                 auto_renew=self._auto_renew, wait=self._wait, label=self._label,
-                guard=self._guard, layout=self._layout,
+                guard=self._guard, layout=self._layout, group=self._group,
             )  # fmt: skip
         return self._resolved
 

@@ -110,8 +110,10 @@ class OwnerRecords:
     lease: the same for every acquisition a long-lived Lock object makes from one thread (a
     thread may be renamed: checked too, cheaply, since this runs on every acquisition)."""
 
-    def __init__(self, *, label: str | None, name: str | None, guard: str | None) -> None:
-        self.label, self.name, self.guard = label, name, guard
+    def __init__(
+        self, *, label: str | None, name: str | None, guard: str | None, group: str | None = None
+    ) -> None:
+        self.label, self.name, self.guard, self.group = label, name, guard, group
         self._cache: weakref.WeakKeyDictionary[object, tuple[tuple[Any, ...], str]] = (
             weakref.WeakKeyDictionary()
         )
@@ -126,21 +128,22 @@ class OwnerRecords:
         if cached is not None and cached[0] == key:
             return cached[1]
         record = owner_record(
-            owner, lease, label=self.label, name=self.name, guard=self.guard
+            owner, lease, label=self.label, name=self.name, guard=self.guard, group=self.group
         ).encode()
         self._cache[owner] = (key, record)
         return record
 
 
 def owner_record(
-    owner: object, lease: float, *, label: str | None, name: str | None, guard: str | None
-) -> OwnerRecord:
+    owner: object, lease: float, *, label: str | None, name: str | None, guard: str | None,
+    group: str | None = None,
+) -> OwnerRecord:  # fmt: skip
     """The owner record of an acquisition by ``owner`` in this process (``name``: the
     readable name, when the key holds only a hash of it)."""
     described = owner_description(owner)
     return OwnerRecord(
         lease=lease, pid=os.getpid(), host=HOST, thread=described["thread"],
-        task=described.get("task"), label=label, name=name, guard=guard,
+        task=described.get("task"), label=label, name=name, guard=guard, group=group,
     )  # fmt: skip
 
 

@@ -76,6 +76,7 @@ def reserve(
     ttl: float,
     label: str | None = None,
     guard: str | None = None,
+    group: str | None = None,
     using: str | None = None,
     again: bool = False,
 ) -> Reservation:
@@ -89,7 +90,7 @@ def reserve(
     alias = using or lock_settings.CACHE_ALIAS
     keys = lock_keys(name, alias)
     takeover = (f"{job_id}{JOB_SEPARATOR}",) if again else ()
-    plan = _plan(name, keys, alias, job_id, ttl, label, guard, takeover)
+    plan = _plan(name, keys, alias, job_id, ttl, label, guard, takeover, group=group)
     for _ in range(_ATTEMPTS):
         outcome = _run(name, "reserve", plan, alias)
         if isinstance(outcome, flows.Acquired):
@@ -108,6 +109,7 @@ def rename(
     ttl: float,
     label: str | None = None,
     guard: str | None = None,
+    group: str | None = None,
     using: str | None = None,
 ) -> bool:
     """Make the pending reservation ``pending`` of ``name`` the job ``job_id``'s (for
@@ -117,7 +119,9 @@ def rename(
     alias = using or lock_settings.CACHE_ALIAS
     keys = lock_keys(name, alias)
     takeover = (f"{job_id_checked(pending)}{JOB_SEPARATOR}",)
-    plan = _plan(name, keys, alias, job_id, ttl, label, guard, takeover, only_takeover=True)
+    plan = _plan(
+        name, keys, alias, job_id, ttl, label, guard, takeover, only_takeover=True, group=group
+    )
     return isinstance(_run(name, "rename the reservation of", plan, alias), flows.Acquired)
 
 
@@ -149,11 +153,12 @@ async def acancel(name: str, job_id: str, *, using: str | None = None) -> bool:
 def _plan(
     name: str, keys: flows.LockKeys, alias: str, job_id: str, ttl: float, label: str | None,
     guard: str | None, takeover: tuple[str, ...], *, only_takeover: bool = False,
+    group: str | None = None,
 ) -> flows.AcquirePlan:  # fmt: skip
     """The acquisition of a reservation: never waits, never queues."""
     lease = durations.seconds(ttl, "ttl")
     record = holds.owner_record(
-        current_owner(), lease, label=label, guard=guard,
+        current_owner(), lease, label=label, guard=guard, group=group,
         name=None if readable_tag(name) else name,
     ).encode()  # fmt: skip
     quorum = quorum_members(alias) is not None

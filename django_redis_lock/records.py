@@ -10,6 +10,7 @@ from typing import Any
 
 from .core.lease import decode_lease, is_reservation, job_of
 from .keys import name_in_key
+from .metrics.labels import OTHER, group_of
 
 __all__ = ["LockInfo", "lock_info", "seconds_left", "text"]
 
@@ -36,6 +37,8 @@ class LockInfo:
     lease: float | None = None
     fencing_token: int | None = None
     guard: str | None = None  # the task guard's mode, when one holds it
+    group: str = OTHER  # its metrics group: the holder's group=, else the name's (labels.py)
+    waiting: int = 0  # queued for it when it was read
     valid: bool = True
     raw: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -79,6 +82,8 @@ class LockInfo:
             "job_id": self.job_id,
             "queued": self.queued,
             "guard": self.guard,
+            "group": self.group,
+            "waiting": self.waiting,
             "key": self.key,
             "valid": self.valid,
         }
@@ -89,19 +94,21 @@ def seconds_left(pttl: int) -> float:
     return math.inf if pttl == -1 else pttl / 1000
 
 
-def lock_info(key: str, value: Any, pttl: int) -> LockInfo:
-    """The record of the lease ``key``, whose value is ``value`` and ``PTTL`` is ``pttl``."""
+def lock_info(key: str, value: Any, pttl: int, waiting: int = 0) -> LockInfo:
+    """The record of the lease ``key``, whose value is ``value`` and ``PTTL`` is ``pttl``
+    (``waiting``: its queue's length)."""
     try:
         lease = decode_lease(value)
     except ValueError:
         return LockInfo(
-            key=key, name=key, token="", ttl=seconds_left(pttl), valid=False,
+            key=key, name=key, token="", ttl=seconds_left(pttl), waiting=waiting, valid=False,
             raw={"value": text(value)},
         )  # fmt: skip
     owner = lease.owner
+    name = owner.name or name_in_key(key) or key
     return LockInfo(
         key=key,
-        name=owner.name or name_in_key(key) or key,
+        name=name,
         token=lease.token,
         ttl=seconds_left(pttl),
         label=owner.label,
@@ -113,5 +120,7 @@ def lock_info(key: str, value: Any, pttl: int) -> LockInfo:
         lease=owner.lease,
         fencing_token=lease.fence or None,
         guard=owner.guard,
+        group=owner.group or group_of(name),
+        waiting=waiting,
         raw={"value": text(value)},
     )

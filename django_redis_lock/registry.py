@@ -25,7 +25,7 @@ from .conf import lock_settings
 from .connection import lock_client
 from .core import flows
 from .core.lease import job_id_checked
-from .keys import lock_keys, namespace, readable_tag
+from .keys import LockKeys, lock_keys, namespace, readable_tag
 from .locks import Lock
 from .quorum import QuorumClient, QuorumUnavailable
 from .records import LockInfo, lock_info, seconds_left, text
@@ -40,6 +40,7 @@ __all__ = [
     "incomplete",
     "iter_locks",
     "page",
+    "read_leases",
     "release_job",
     "scan_page",
     "scan_targets",
@@ -57,24 +58,35 @@ def glob_escape(text: str) -> str:
     return _GLOB_SPECIAL.sub(r"\\\1", text)
 
 
-def _read(client: Any, keys: list[str]) -> Iterator[LockInfo]:
-    """Leases and TTLs of ``keys``, in one round trip."""
+def read_leases(client: Any, keys: list[str]) -> Iterator[LockInfo]:
+    """The locks whose lease keys are ``keys`` (found by ``SCAN`` on ``client``, a plain
+    client of the server that has them): records, TTLs and queue lengths, in one round trip.
+    Those gone meanwhile are left out. The admin page, the CLI and the gauges read with it."""
     if not keys:
         return
     replies = execute_many(
-        client, [command for key in keys for command in (("GET", key), ("PTTL", key))]
+        client,
+        [
+            command
+            for key in keys
+            for command in (("GET", key), ("PTTL", key), ("LLEN", LockKeys.of(key).queue))
+        ],
     )
     for index, key in enumerate(keys):
-        value, pttl = replies[2 * index], replies[2 * index + 1]
+        value, pttl, queued = replies[3 * index : 3 * index + 3]
         if isinstance(pttl, Exception):
             raise pttl
+        waiting = queued if isinstance(queued, int) else 0  # a queue key of another type
         if isinstance(value, Exception):
             # Not a string: someone else's key in our namespace. Show it, do not crash.
-            yield LockInfo(key=key, name=key, token="", ttl=seconds_left(int(pttl)), valid=False)
+            yield LockInfo(
+                key=key, name=key, token="", ttl=seconds_left(int(pttl)), waiting=waiting,
+                valid=False,
+            )  # fmt: skip
             continue
         if value is None or pttl == -2:  # expired between the SCAN and the read
             continue
-        yield lock_info(key, value, int(pttl))
+        yield lock_info(key, value, int(pttl), waiting)
 
 
 def _patterns(match: str | None, alias: str) -> list[tuple[str, bool]]:
@@ -118,7 +130,7 @@ def _lookup(client: Any, key: str) -> LockInfo | None:
         failures = []
         for alias, member in zip(client.aliases, client.clients, strict=True):
             try:
-                info = next(_read(member, [key]), None)
+                info = next(read_leases(member, [key]), None)
             except RedisError as exc:
                 failures.append(f"{alias}: {exc}")
                 continue
@@ -132,7 +144,7 @@ def _lookup(client: Any, key: str) -> LockInfo | None:
                 f"to tell whether {key} is held: " + "; ".join(failures)
             )
         return None
-    return next(_read(_client_for_key(client, key), [key]), None)
+    return next(read_leases(_client_for_key(client, key), [key]), None)
 
 
 def _not_on(servers: list[Any], keys: list[str]) -> list[str]:
@@ -222,7 +234,7 @@ def scan_page(
         seen.update(fresh)
         if quorum:
             fresh = _not_on(targets[:target_index], fresh)
-        items.extend(info for info in _read(target, fresh) if _wanted(info, match))
+        items.extend(info for info in read_leases(target, fresh) if _wanted(info, match))
         if position == 0:  # this pattern is done on this server: the next, or the next server
             phase_index += 1
             if phase_index == len(patterns):

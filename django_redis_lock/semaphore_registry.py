@@ -26,7 +26,13 @@ from .registry import glob_escape, scan_targets
 from .semaphores import Semaphore, SemaphoreState, read_state
 from .signals import lock_force_released
 
-__all__ = ["SemaphoreInfo", "force_release_permit", "get_semaphore", "iter_semaphores"]
+__all__ = [
+    "SemaphoreInfo",
+    "force_release_permit",
+    "get_semaphore",
+    "iter_semaphores",
+    "semaphore_info",
+]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -45,14 +51,24 @@ class SemaphoreInfo:
     holders: tuple[LockInfo, ...]
     waiting: int
 
+    @property
+    def group(self) -> str:
+        """Its metrics group, as its oldest holder's record has it."""
+        return self.holders[0].group
+
     def as_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name, "limit": self.limit, "waiting": self.waiting,
+            "name": self.name, "limit": self.limit, "waiting": self.waiting, "group": self.group,
             "holders": [holder.as_dict() for holder in self.holders],
         }  # fmt: skip
 
 
-def _info(keys: PermitKeys, state: SemaphoreState, name: str | None) -> SemaphoreInfo | None:
+def semaphore_info(
+    keys: PermitKeys, state: SemaphoreState, name: str | None = None
+) -> SemaphoreInfo | None:
+    """What ``state`` (``semaphores.read_state``) says of the semaphore whose keys are
+    ``keys``: None when no permit of it is held. ``name``: when known (else read from its key
+    or records)."""
     permits = state.permits()
     if not permits:
         return None  # free (its keys expire with the last lease), or not written by us
@@ -71,7 +87,7 @@ def get_semaphore(name: str, *, using: str | None = None) -> SemaphoreInfo | Non
     """The semaphore ``name`` as held now, or None when no permit of it is held."""
     alias = using or lock_settings.CACHE_ALIAS
     keys = permit_keys(name, alias)
-    return _info(keys, read_state(backend_for(lock_client(alias)), keys), name)
+    return semaphore_info(keys, read_state(backend_for(lock_client(alias)), keys), name)
 
 
 def iter_semaphores(
@@ -92,7 +108,7 @@ def iter_semaphores(
             for key in map(text, found):
                 keys = PermitKeys.of(key[: -len(":s")])
                 try:
-                    info = _info(keys, read_state(backend, keys), None)
+                    info = semaphore_info(keys, read_state(backend, keys), None)
                 except ResponseError as exc:  # a key of ours of another type: not ours to list
                     logger.debug("Not a semaphore: %s (%s)", key, exc)
                     continue

@@ -23,7 +23,7 @@ it), up to the largest number may hold a permit meanwhile, and a WARNING says so
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -33,7 +33,7 @@ from .backends import backend_of
 from .connection import LockAlias
 from .core.permits import Permit, PermitKeys, decode_permit
 from .core.requests import Pipeline
-from .decorators import held_each_call
+from .decorators import held_each_call, template_group
 from .hints import check_names, keyword_names
 from .keys import permit_keys
 from .primitive import Leased
@@ -45,6 +45,8 @@ __all__ = [
     "SemaphoreState",
     "read_state",
     "semaphore",
+    "state_commands",
+    "state_from",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -177,16 +179,20 @@ class SemaphoreState:
         return sorted(permits, key=lambda permit: (permit.since_ms, permit.token))
 
 
-def read_state(backend: Any, keys: PermitKeys) -> SemaphoreState:
-    """The semaphore whose keys are ``keys``, in one round trip on ``backend`` (of its alias).
-    Raises ``RedisError`` when Redis cannot be read."""
-    commands = (
+def state_commands(keys: PermitKeys) -> tuple[tuple[Any, ...], ...]:
+    """The commands that read the semaphore whose keys are ``keys`` (sent in one pipeline;
+    :func:`state_from` reads their replies)."""
+    return (
         ("HGETALL", keys.owners),
         ("ZRANGE", keys.holders, 0, -1, "WITHSCORES"),
         ("LLEN", keys.queue),
         ("TIME",),
     )
-    replies = backend.perform(Pipeline(commands))
+
+
+def state_from(replies: Sequence[Any]) -> SemaphoreState:
+    """The state the replies to :func:`state_commands` tell (raises the first that is an
+    error: ``ResponseError`` for a key of ours of another type)."""
     for reply in replies:
         if isinstance(reply, BaseException):
             raise reply
@@ -197,6 +203,12 @@ def read_state(backend: Any, keys: PermitKeys) -> SemaphoreState:
         queued=int(queued),
         now=int(seconds) * 1000 + int(micros) // 1000,  # the server's clock judges leases
     )
+
+
+def read_state(backend: Any, keys: PermitKeys) -> SemaphoreState:
+    """The semaphore whose keys are ``keys``, in one round trip on ``backend`` (of its alias).
+    Raises ``RedisError`` when Redis cannot be read."""
+    return state_from(backend.perform(Pipeline(state_commands(keys))))
 
 
 def _pairs(reply: Any) -> list[tuple[Any, Any]]:
@@ -224,4 +236,5 @@ def semaphore(name: str | Callable[..., str], *, limit: int, **options: Any) -> 
     decorator is applied. Raises ``LockNotAcquired`` when no permit frees within ``wait``."""
     check_names(options, "@semaphore()", takes=SEMAPHORE_OPTIONS)
     Semaphore("validate-options", limit=limit, **options)
+    options = template_group(name, options)
     return held_each_call(name, functools.partial(Semaphore, limit=limit, **options))

@@ -94,16 +94,18 @@ class SingleInstance:
     def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]: ...
 
     def __call__(self, func: Callable[P, Any]) -> Callable[P, Any]:
-        from .decorators import name_maker
+        from .decorators import name_maker, template_group
 
         make_name = name_maker(self.name, func)
         where = f"{func.__module__}.{func.__qualname__}"
+
+        group = template_group(self.name, {}).get("group")
 
         def lock_for(*args: Any, **kwargs: Any) -> Lock:
             return Lock(
                 make_name(*args, **kwargs), wait=self.wait, timeout=self.timeout,
                 using=self.using, label=self.label or f"single instance: {where}",
-                job_id=current_job_id(),
+                job_id=current_job_id(), group=group,
             )  # fmt: skip
 
         def busy(lock: Lock, refusal: LockNotAcquired | None) -> None:

@@ -280,7 +280,7 @@ class GuardedBackend(BaseTaskBackend):
         try:  # the reservation takes the task's id (unless its run took it over already)
             jobs.rename(
                 names.queue, pending, str(result.id), ttl=ttl, label=policy.label,
-                guard=policy.mode, using=policy.using,
+                guard=policy.mode, using=policy.using, group=policy.group,
             )  # fmt: skip
         except LockBackendError as error:
             logger.error("Task %s[%s]: its reservation keeps a pending id: %s",

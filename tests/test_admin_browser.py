@@ -213,3 +213,55 @@ def test_operator_releases_one_permit_of_a_semaphore_in_the_browser(open_locks_p
     for render in (renders[0], renders[2], partner):
         render.release()
     held.release()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operator_finds_the_hot_locks_in_the_browser(open_locks_page, tmp_path, redis_client):
+    """The contention view: the list sorted by waiters, then the hot-locks page, which
+    refreshes itself until the operator turns that off."""
+    import threading
+
+    from django_redis_lock import Semaphore
+    from django_redis_lock.keys import lock_keys
+    from tests.helpers import start_queued
+
+    held = [Lock(f"orders:sync:{n}", timeout=120, label="sync order") for n in (11, 12)]
+    held.append(Lock("invoices:send", timeout=300, label="send_invoices (cron, web-2)"))
+    renders = [Semaphore("pdf-renders", limit=2, label="render invoice") for _ in range(2)]
+    for primitive in held + renders:
+        assert primitive.acquire()
+    go = threading.Event()
+
+    def wait_for_it(index):
+        with Lock("orders:sync:11", wait=60, label=f"retry {index}"):
+            go.wait(60)
+
+    waiters = start_queued(3, wait_for_it, redis_client, lock_keys("orders:sync:11", "default").queue)
+    try:
+        page = open_locks_page()
+        page.click("#result_list thead a:text('Waiters')")
+        page.wait_for_url("**o=waiting**")
+        first = page.locator("#result_list tbody tr").first
+        assert "orders:sync:11" in first.inner_text()
+        assert "3 locks held now, 3 waiters queued" in page.inner_text("#lock-count")
+        by_waiters = tmp_path / "admin-locks-by-waiters.png"
+        page.screenshot(path=str(by_waiters), full_page=True)
+        page.click("text=Hot locks")
+        page.wait_for_selector("#hot-waited")
+        assert page.locator('meta[http-equiv="refresh"]').count() == 1
+        top = page.locator("#hot-waited tbody tr").first.inner_text()
+        assert "orders:sync:11" in top and "\t3\t" in top
+        assert "5 locks and permits held now" in page.inner_text("#hot-summary")
+        page.click("#hot-refresh")  # Stop refreshing
+        page.wait_for_url("**refresh=off**")
+        assert page.locator('meta[http-equiv="refresh"]').count() == 0
+        assert page.inner_text("#hot-refresh") == "Refresh every 5 s"
+        shot = tmp_path / "admin-hot-locks.png"
+        page.screenshot(path=str(shot), full_page=True)
+        keep_screenshots(by_waiters, shot)
+    finally:
+        for primitive in held + renders:
+            primitive.release()
+        go.set()
+        for waiter in waiters:
+            waiter.join(60)

@@ -201,3 +201,37 @@ def test_bad_metrics_settings_are_reported(settings, value, check_id):
 
 def test_off_by_default():
     assert hub.sinks == []
+
+
+def test_two_processes_in_multiprocess_mode_give_summed_counters(redis_url, tmp_path, monkeypatch):
+    """prometheus_client's multi-process mode, as under gunicorn: each process writes its own
+    files, and the scrape sums them."""
+    # Inherited by the spawned processes, and read there when prometheus_client is imported.
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    import multiprocessing
+
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    from tests import workers
+
+    spawn = multiprocessing.get_context("spawn")
+    with spawn.Pool(2) as pool:
+        done = pool.starmap(
+            workers.metered_locks,
+            [(redis_url, str(tmp_path), "mp:job", 5), (redis_url, str(tmp_path), "mp:job", 7)],
+        )
+    assert done == [5, 7]
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(tmp_path))
+    labels = {"kind": "lock", "group": "mp:job"}
+
+    def value(name, **more):
+        return registry.get_sample_value(name, {**labels, **more})
+
+    # 5 + 7 rounds, and in each process the holder of the timed-out wait: 14.
+    assert value("redis_lock_wait_seconds_count", outcome="acquired") == 14
+    assert value("redis_lock_wait_seconds_count", outcome="timed_out") == 2
+    assert value("redis_lock_timeouts_total") == 2
+    assert value("redis_lock_hold_seconds_count") == 14
+    assert len(list(tmp_path.glob("*.db"))) >= 2  # one file per process and kind

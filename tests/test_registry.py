@@ -169,7 +169,7 @@ def test_cli_list_table_and_json():
     with Lock("cli:a", timeout=30, label="first"), Lock("cli:b", timeout=30):
         out, _ = run("list")
         header = out.splitlines()[0].split()
-        assert header == ["NAME", "LABEL", "HOLDER", "TASK", "AGE", "TTL", "FENCE"]
+        assert header == ["NAME", "LABEL", "HOLDER", "TASK", "WAITING", "AGE", "TTL", "FENCE"]
         assert "cli:a" in out
         assert "first" in out
         out, _ = run("list", "--json", "--match", "cli:a")
@@ -177,8 +177,10 @@ def test_cli_list_table_and_json():
         assert record["name"] == "cli:a"
         assert set(record) == {
             "name", "label", "host", "pid", "thread", "task", "acquired_at", "ttl", "lease",
-            "fencing_token", "token", "job_id", "queued", "guard", "key", "valid",
+            "fencing_token", "token", "job_id", "queued", "guard", "group", "waiting", "key",
+            "valid",
         }  # fmt: skip
+        assert (record["group"], record["waiting"]) == ("cli:a", 0)
         out, _ = run("list", "--json", "--limit", "1")
         assert len(json.loads(out)) == 1
 

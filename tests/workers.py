@@ -132,3 +132,18 @@ def fork_inside_the_lock(redis_url: str, name: str, reentrant: bool) -> dict[str
         os.write(write_end, json.dumps(seen).encode())
         os._exit(0)
     return seen
+
+
+def metered_locks(redis_url: str, multiproc_dir: str, name: str, rounds: int) -> int:
+    """With the Prometheus exporter on in multi-process mode (files in ``multiproc_dir``):
+    ``rounds`` acquisitions of lock ``name``, then one wait for it that times out."""
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == multiproc_dir  # inherited from the test
+    setup_django(redis_url, DJANGO_REDIS_LOCK_METRICS=["prometheus"])
+    from django_redis_lock import Lock
+
+    for _ in range(rounds):
+        with Lock(name):
+            pass
+    with Lock(name):
+        assert not Lock(name).acquire(wait=0)
+    return rounds

@@ -8,7 +8,9 @@ held lock costs about 200 bytes of Redis memory (a hash with a JSON owner record
 
 The owner record is positional, for people (the admin page, ``redis_locks``, the holder named
 in ``LockNotAcquired``): ``lease_ms|pid|host|thread|task|label|name``, then ``|guard`` when a
-task guard holds the lock (what it guards: ``until_executed``...). Text fields have ``%`` and
+task guard holds the lock (what it guards: ``until_executed``...), then ``|group`` when the
+holder named the lock's metrics group (``Lock(..., group=...)``, the guards): read back by the
+scrape-time gauges, which have no Lock object to ask. Text fields have ``%`` and
 ``|`` escaped; an empty field is "none". ``name`` is only written when the lock's key holds a
 hash of its name (``keys.py``); otherwise the key shows it. A reader ignores fields after those
 it knows (a newer version's), so a record can grow without a rolling deploy's older processes
@@ -121,6 +123,7 @@ class OwnerRecord:
     label: str | None = None
     name: str | None = None
     guard: str | None = None
+    group: str | None = None
 
     def encode(self) -> str:
         fields = [
@@ -132,8 +135,11 @@ class OwnerRecord:
             _escape(self.label),
             _escape(self.name),
         ]
-        if self.guard:  # absent otherwise: a plain lock's record stays as short as it was
+        # Absent otherwise: a plain lock's record stays as short as it was.
+        if self.guard or self.group:
             fields.append(_escape(self.guard))
+        if self.group:
+            fields.append(_escape(self.group))
         return "|".join(fields)
 
     @classmethod
@@ -152,6 +158,7 @@ class OwnerRecord:
             label=_unescape(label),
             name=_unescape(name),
             guard=_unescape(fields[7]) if len(fields) > 7 else None,
+            group=_unescape(fields[8]) if len(fields) > 8 else None,
         )
 
 

@@ -1,16 +1,19 @@
-"""What ``manage.py redis_locks`` prints: columns, ages, and its ``semaphores`` and
-``release-permit`` actions (kept apart so that the command stays one page;
-``semaphore_registry.py`` reads Redis)."""
+"""What ``manage.py redis_locks`` prints: columns, ages, and its ``semaphores``,
+``release-permit`` and ``stats`` actions (kept apart so that the command stays one page;
+``semaphore_registry.py`` and ``census.py`` read Redis)."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from typing import Any
 
 from django.core.management.base import CommandError
 
 from .. import semaphore_registry
+from ..census import Census, Entry
 from ..records import LockInfo
 
 
@@ -65,3 +68,62 @@ def release_permit(name: str, token: str, by: str) -> str:
             "back or its lease ended). Nothing was freed."
         )
     return f"Released a permit of {name!r}; the first waiter, if any, has it now."
+
+
+def _entry_row(entry: Entry) -> tuple[str, ...]:
+    held = f"{entry.holders}/{entry.limit}" if entry.limit else str(entry.holders)
+    return (
+        entry.name, entry.kind, entry.group, held, str(entry.waiting),
+        "?" if entry.held_for is None else f"{entry.held_for:.0f}s",
+        "never" if entry.ends_in == math.inf else f"{entry.ends_in:.1f}s",
+    )  # fmt: skip
+
+
+def stats(found: Census, top: int) -> list[str]:
+    """``redis_locks stats``: totals, held and waiting by group, then the ``top`` locks with
+    most waiters, held longest, and ending soonest (the admin's "Hot locks")."""
+    cut = "" if found.complete else f" (at least: the census stopped after {found.keys_scanned} keys)"
+    printed = [
+        f"{found.held} held, {found.waiting} waiting{cut}; {found.keys_scanned} keys looked at.",
+        "",
+    ]
+    groups = sorted(found.groups().items(), key=lambda item: (-item[1].waiting, -item[1].held))
+    rows = [(group, kind, str(f.held), str(f.waiting)) for (kind, group), f in groups]
+    printed += table(("GROUP", "KIND", "HELD", "WAITING"), rows) if rows else ["Nothing is held."]
+    header = ("NAME", "KIND", "GROUP", "HELD", "WAITING", "HELD FOR", "ENDS IN")
+    for title, entries in (
+        ("Most waiters", found.most_waited(top)),
+        ("Held longest", found.oldest(top)),
+        ("Ending soonest", found.ending(top)),
+    ):
+        if entries:
+            printed += ["", f"{title}:", *table(header, [_entry_row(e) for e in entries])]
+    return printed
+
+
+def stats_dict(found: Census, top: int) -> dict[str, Any]:
+    """``redis_locks stats --json``."""
+
+    def entries(chosen: list[Entry]) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": e.name, "kind": e.kind, "group": e.group, "holders": e.holders,
+                "limit": e.limit, "waiting": e.waiting, "held_for": e.held_for,
+                "ends_in": None if e.ends_in == math.inf else round(e.ends_in, 3),
+            }  # fmt: skip
+            for e in chosen
+        ]
+
+    return {
+        "held": found.held,
+        "waiting": found.waiting,
+        "complete": found.complete,
+        "keys_scanned": found.keys_scanned,
+        "groups": [
+            {"kind": kind, "group": group, "held": f.held, "waiting": f.waiting}
+            for (kind, group), f in found.groups().items()
+        ],
+        "most_waited": entries(found.most_waited(top)),
+        "oldest": entries(found.oldest(top)),
+        "ending": entries(found.ending(top)),
+    }

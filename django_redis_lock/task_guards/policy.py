@@ -167,6 +167,11 @@ class TaskGuard:
         return GuardNames(base, f"{base}:running")
 
     @property
+    def group(self) -> str:
+        """The metrics group of the task's locks: ``task:<name>``, whatever its arguments."""
+        return f"task:{self.task}"
+
+    @property
     def lease(self) -> float:
         """The lease of a run's lock, renewed while it runs."""
         return self.timeout if self.timeout is not None else lock_settings.TIMEOUT
@@ -175,7 +180,7 @@ class TaskGuard:
         """The lock a run holds: renewed while it runs, taking its job's reservation over."""
         return Lock(
             name, timeout=self.lease, auto_renew=True, wait=0, label=self.label,
-            guard=self.mode, using=self.using, job_id=job_id,
+            guard=self.mode, using=self.using, job_id=job_id, group=self.group,
         )  # fmt: skip
 
     def copy_wait(self) -> float:

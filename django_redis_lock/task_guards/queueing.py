@@ -27,7 +27,7 @@ def admit(
     assert names.queue is not None
     reservation = jobs.reserve(
         names.queue, job_id, ttl=ttl, label=guard.label, guard=guard.mode, using=guard.using,
-        again=again,
+        again=again, group=guard.group,
     )  # fmt: skip
     if reservation.reserved:
         return None

@@ -5,6 +5,7 @@
     redis_locks release NAME [--token TOKEN] [--yes]
     redis_locks semaphores [NAME] [--match TEXT] [--json]
     redis_locks release-permit NAME TOKEN
+    redis_locks stats [--top N] [--json] [--watch [SECONDS] [--rounds N]]
 
 Exit status: 0 done; 1 the lock is not held, changed hands before the release (nothing was
 deleted), or the release was not confirmed; 2 bad usage; 3 Redis could not be reached (for a
@@ -17,12 +18,13 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
-from django_redis_lock import registry
+from django_redis_lock import census, registry
 from django_redis_lock.exceptions import LockBackendError
 from django_redis_lock.management import lines
 
@@ -74,6 +76,16 @@ class Command(BaseCommand):
         )
         permit.add_argument("name")
         permit.add_argument("token", help="the permit's owner token, from `semaphores NAME`")
+        stats = actions.add_parser(
+            "stats", help="held and waiting by group, and the hottest locks (as the gauges)"
+        )
+        stats.add_argument("--top", type=_positive, default=5, help="rows per list (5)")
+        stats.add_argument("--json", action="store_true", dest="as_json", help="a JSON object")
+        stats.add_argument(
+            "--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
+            help="again every SECONDS (2) until interrupted",
+        )  # fmt: skip
+        stats.add_argument("--rounds", type=_positive, help="with --watch: stop after N")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -96,12 +108,13 @@ class Command(BaseCommand):
             self._unread(missing, unreachable)
             return
         rows = [
-            (info.name, info.label or "", info.holder, _job(info), lines.age(info),
-             f"{info.ttl:.1f}s" if info.expires else "never",
+            (info.name, info.label or "", info.holder, _job(info), str(info.waiting),
+             lines.age(info), f"{info.ttl:.1f}s" if info.expires else "never",
              str(info.fencing_token or ""))
             for info in locks
         ]  # fmt: skip
-        for line in lines.table(("NAME", "LABEL", "HOLDER", "TASK", "AGE", "TTL", "FENCE"), rows):
+        header = ("NAME", "LABEL", "HOLDER", "TASK", "WAITING", "AGE", "TTL", "FENCE")
+        for line in lines.table(header, rows):
             self.stdout.write(line)
         if not rows and missing is None:
             self.stderr.write("No locks are held.")
@@ -160,6 +173,30 @@ class Command(BaseCommand):
 
     def _release_permit(self, *, name: str, token: str, **options: Any) -> None:
         self.stdout.write(lines.release_permit(name, token, "manage.py redis_locks"))
+
+    def _stats(
+        self, *, top: int, as_json: bool, watch: float | None, rounds: int | None,
+        **options: Any,
+    ) -> None:  # fmt: skip
+        if watch is not None and not watch > 0:
+            raise CommandError("--watch takes a number of seconds above 0.")
+        if rounds is not None and watch is None:
+            raise CommandError("--rounds goes with --watch.")
+        done = 0
+        while True:
+            found = census.take_census()
+            if watch is not None and self.stdout.isatty():
+                self.stdout.write("\x1b[H\x1b[2J", ending="")  # a screen, redrawn
+            printed = [_json(lines.stats_dict(found, top))] if as_json else lines.stats(found, top)
+            for line in printed:
+                self.stdout.write(line)
+            done += 1
+            if watch is None or done == rounds:
+                return
+            try:
+                time.sleep(watch)
+            except KeyboardInterrupt:
+                return
 
     def _held(self, name: str) -> registry.LockInfo:
         info = registry.get_lock(name)
