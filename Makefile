@@ -18,7 +18,7 @@ help:
 	@echo "make test   run the whole test suite against private redis-server processes"
 	@echo "make lint   ruff and mypy"
 	@echo "make tox    the Python x Django matrix (a missing Python fails it; SKIP_MISSING=1 skips instead)"
-	@echo "make bench  compare the lock with other Redis locks, the task guards with celery-once and celery-singleton, and the semaphore (~13 minutes), writes benchmarks/results*.md"
+	@echo "make bench  compare the lock with other Redis locks, the task guards with celery-once and celery-singleton, the semaphore and the metrics (~14 minutes), writes benchmarks/results*.md"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
@@ -65,6 +65,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_renewal.py
 	$(BIN)/python benchmarks/bench_tasks.py
 	$(BIN)/python benchmarks/bench_semaphore.py
+	$(BIN)/python benchmarks/bench_metrics.py
 
 clean:
 	rm -rf $(VENV) .tox build dist *.egg-info example_project/.redis example_project/db.sqlite3

@@ -170,15 +170,15 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         total = None  # how many are held in all, not on this page only
         if error is None and (rows or next_cursor):
             try:
-                found = census.take_census()
+                counted: census.Census | None = census.take_census()
             except (RedisError, LockBackendError):
-                found = None  # the page was read: it is shown without the total
-            if found is not None:
-                locks = [e for e in found.entries if e.kind == "lock"]
+                counted = None  # the page was read: it is shown without the total
+            if counted is not None:
+                locks = [e for e in counted.entries if e.kind == "lock"]
                 total = {
                     "held": sum(1 for e in locks if not query or query in e.name),
                     "waiting": sum(e.waiting for e in locks if not query or query in e.name),
-                    "complete": found.complete,
+                    "complete": counted.complete,
                 }
         semaphores = []
         if error is None and page_number == 1:  # few, and listed whole, on the first page
@@ -210,7 +210,9 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 name: _query(q=query, o=name, refresh=refresh, cursor=here, p=page)
                 for name in _ORDERS
             },
-            refresh_url=_query(q=query, o=order, refresh="off" if refresh else 5, cursor=here, p=page),
+            refresh_url=_query(
+                q=query, o=order, refresh="off" if refresh else 5, cursor=here, p=page
+            ),
             keep_params="&" + _query(q=query, o=order, refresh=refresh)[1:],
             show_tasks=show_tasks,
             show_fences=show_fences,

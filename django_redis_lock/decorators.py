@@ -203,7 +203,10 @@ class _SubmissionGuard:
             name = submissions.submission_lock_name(self.group, client, fingerprint)
             keep = self.hold
         lock = Lock(
-            name, wait=self.wait, timeout=self.timeout, label=f"submission to {self.group}",
+            name,
+            wait=self.wait,
+            timeout=self.timeout,
+            label=f"submission to {self.group}",
             group=f"view:{self.group}",
         )
         return _Submission(

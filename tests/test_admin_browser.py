@@ -236,7 +236,9 @@ def test_operator_finds_the_hot_locks_in_the_browser(open_locks_page, tmp_path, 
         with Lock("orders:sync:11", wait=60, label=f"retry {index}"):
             go.wait(60)
 
-    waiters = start_queued(3, wait_for_it, redis_client, lock_keys("orders:sync:11", "default").queue)
+    waiters = start_queued(
+        3, wait_for_it, redis_client, lock_keys("orders:sync:11", "default").queue
+    )
     try:
         page = open_locks_page()
         page.click("#result_list thead a:text('Waiters')")
@@ -250,7 +252,8 @@ def test_operator_finds_the_hot_locks_in_the_browser(open_locks_page, tmp_path, 
         page.wait_for_selector("#hot-waited")
         assert page.locator('meta[http-equiv="refresh"]').count() == 1
         top = page.locator("#hot-waited tbody tr").first.inner_text()
-        assert "orders:sync:11" in top and "\t3\t" in top
+        assert "orders:sync:11" in top
+        assert "\t3\t" in top
         assert "5 locks and permits held now" in page.inner_text("#hot-summary")
         page.click("#hot-refresh")  # Stop refreshing
         page.wait_for_url("**refresh=off**")

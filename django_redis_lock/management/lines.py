@@ -82,7 +82,11 @@ def _entry_row(entry: Entry) -> tuple[str, ...]:
 def stats(found: Census, top: int) -> list[str]:
     """``redis_locks stats``: totals, held and waiting by group, then the ``top`` locks with
     most waiters, held longest, and ending soonest (the admin's "Hot locks")."""
-    cut = "" if found.complete else f" (at least: the census stopped after {found.keys_scanned} keys)"
+    cut = (
+        ""
+        if found.complete
+        else f" (at least: the census stopped after {found.keys_scanned} keys)"
+    )
     printed = [
         f"{found.held} held, {found.waiting} waiting{cut}; {found.keys_scanned} keys looked at.",
         "",
@@ -107,10 +111,15 @@ def stats_dict(found: Census, top: int) -> dict[str, Any]:
     def entries(chosen: list[Entry]) -> list[dict[str, Any]]:
         return [
             {
-                "name": e.name, "kind": e.kind, "group": e.group, "holders": e.holders,
-                "limit": e.limit, "waiting": e.waiting, "held_for": e.held_for,
+                "name": e.name,
+                "kind": e.kind,
+                "group": e.group,
+                "holders": e.holders,
+                "limit": e.limit,
+                "waiting": e.waiting,
+                "held_for": e.held_for,
                 "ends_in": None if e.ends_in == math.inf else round(e.ends_in, 3),
-            }  # fmt: skip
+            }
             for e in chosen
         ]
 

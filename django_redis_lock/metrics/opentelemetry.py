@@ -54,19 +54,30 @@ class OpenTelemetrySink:
             "redis_lock.lost", description="Leases lost while held."
         )
 
+        self._attributes: dict[tuple[str, ...], dict[str, str]] = {}
+
+    def _of(self, kind: str, group: str, extra: str = "", value: str = "") -> dict[str, str]:
+        """The attributes of a label set, made once (and never mutated: the SDK keeps them)."""
+        key = (kind, group, extra, value)
+        attributes = self._attributes.get(key)
+        if attributes is None:
+            attributes = {"kind": kind, "group": group, **({extra: value} if extra else {})}
+            self._attributes[key] = attributes
+        return attributes
+
     def waited(self, kind: str, group: str, outcome: str, seconds: float) -> None:
-        self.wait.record(seconds, {"kind": kind, "group": group, "outcome": outcome})
+        self.wait.record(seconds, self._of(kind, group, "outcome", outcome))
         if outcome == "timed_out":
-            self.timeouts.add(1, {"kind": kind, "group": group})
+            self.timeouts.add(1, self._of(kind, group))
 
     def held(self, kind: str, group: str, seconds: float) -> None:
-        self.hold.record(seconds, {"kind": kind, "group": group})
+        self.hold.record(seconds, self._of(kind, group))
 
     def contended(self, kind: str, group: str) -> None:
-        self.contention.add(1, {"kind": kind, "group": group})
+        self.contention.add(1, self._of(kind, group))
 
     def lost(self, kind: str, group: str, reason: str) -> None:
-        self.losses.add(1, {"kind": kind, "group": group, "reason": reason})
+        self.losses.add(1, self._of(kind, group, "reason", reason))
 
 
 _default: OpenTelemetrySink | None = None

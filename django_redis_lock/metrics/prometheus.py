@@ -66,19 +66,30 @@ class PrometheusSink:
             registry=registry,
         )  # fmt: skip
 
+        # Each label set's child, found once: labels() checks and locks on every call, and an
+        # acquisition reports two events (the goal is a few µs per acquisition).
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def waited(self, kind: str, group: str, outcome: str, seconds: float) -> None:
-        self.wait.labels(kind, group, outcome).observe(seconds)
+        self._child(self.wait, kind, group, outcome).observe(seconds)
         if outcome == "timed_out":
-            self.timeouts.labels(kind, group).inc()
+            self._child(self.timeouts, kind, group).inc()
 
     def held(self, kind: str, group: str, seconds: float) -> None:
-        self.hold.labels(kind, group).observe(seconds)
+        self._child(self.hold, kind, group).observe(seconds)
 
     def contended(self, kind: str, group: str) -> None:
-        self.contention.labels(kind, group).inc()
+        self._child(self.contention, kind, group).inc()
 
     def lost(self, kind: str, group: str, reason: str) -> None:
-        self.losses.labels(kind, group, reason).inc()
+        self._child(self.losses, kind, group, reason).inc()
 
 
 class CensusCollector:
