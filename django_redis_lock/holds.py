@@ -53,14 +53,17 @@ _random_lock = threading.Lock()
 
 
 def new_token() -> str:
-    """A new owner token: 96 random bits (``secrets``' source), 16 URL-safe characters."""
+    """A new owner token: 96 random bits (``secrets``' source), 16 URL-safe characters, never
+    a leading ``-`` (a command line would take the token for an option: ``redis_locks
+    release-permit NAME -x...``)."""
     global _random
     with _random_lock:
         if len(_random) < 12:
             _random = bytearray(secrets.token_bytes(3072))
         chunk = bytes(_random[-12:])
         del _random[-12:]
-    return base64.urlsafe_b64encode(chunk).decode()
+    token = base64.urlsafe_b64encode(chunk).decode()
+    return token if token[0] != "-" else "_" + token[1:]
 
 
 def process_alive(pid: int | None) -> bool:

@@ -69,3 +69,14 @@ def test_any_name_locks_and_unlocks(redis_client, name):
     assert registry.get_lock(name).name == name  # from the key, or kept in the lease
     lock.release()
     assert redis_client.exists(keys.lease) == 0
+
+
+def test_owner_tokens_never_start_with_a_dash():
+    """A token is typed on command lines (``redis_locks release-permit NAME TOKEN``), where a
+    leading ``-`` reads as an option: 1 token in 64 would be refused."""
+    from django_redis_lock import holds
+
+    tokens = [holds.new_token() for _ in range(5000)]
+    assert not [token for token in tokens if token.startswith("-")]
+    assert all(len(token) == 16 for token in tokens)
+    assert len(set(tokens)) == len(tokens)
