@@ -395,6 +395,14 @@ def _pings(client: redis.Redis) -> Callable[[int], list[float]]:
     return run
 
 
+def median_ping_us(url: str, count: int = 1000, warmup: int = 200) -> float:
+    """The median PING round trip to ``url`` in µs, after ``warmup`` unmeasured ones: the
+    scripts' reference for "a round trip" beside their figures."""
+    pings = _pings(redis.Redis.from_url(url))
+    pings(warmup)
+    return statistics.median(pings(count))
+
+
 def _requests_per_cycle(handle: Handle, cycles: int = 200) -> float:
     counter = RequestCounter().install()
     try:

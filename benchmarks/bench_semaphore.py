@@ -312,18 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     params = QUICK if options.quick else Params()
     with bench.private_redis() as url:
         bench.configure_django(url)
-        pinger = redis.Redis.from_url(url)
-        for _ in range(200):
-            pinger.ping()
-        pings = []
-        for _ in range(1000):
-            started = time.perf_counter_ns()
-            pinger.ping()
-            pings.append((time.perf_counter_ns() - started) / 1000)
+        ping_us = bench.median_ping_us(url)
         calm = uncontended(params)
         busy = contended(url, params)
         groups = many(params)
-    text = report(params, statistics.median(pings), calm, busy, groups)
+    text = report(params, ping_us, calm, busy, groups)
     options.output.write_text(text)
     print(text)
     return 0

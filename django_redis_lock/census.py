@@ -170,7 +170,8 @@ def take_census(
     unreachable: list[str] = []
     scanned = 0
     complete = True
-    for index, target in enumerate(scan_targets(client)):
+    targets = scan_targets(client)
+    for index, target in enumerate(targets):
         cursor = 0
         try:
             while True:
@@ -196,7 +197,7 @@ def take_census(
         if not complete:
             break
     if unreachable:
-        if len(unreachable) == len(scan_targets(client)):
+        if len(unreachable) == len(targets):
             raise RedisError("No server of the quorum could be read: " + "; ".join(unreachable))
         # With a majority read, each lock is on one of them (registry.incomplete).
         complete = complete and incomplete(unreachable, using=alias) is None
