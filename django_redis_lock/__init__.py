@@ -5,7 +5,8 @@ The public API is re-exported here; import from ``django_redis_lock``, not its m
 
 from .cache import get_or_set_locked
 from .connection import aclose_async_redis_clients, get_async_redis_client, get_redis_client
-from .decorators import lock, locked_method, prevent_double_submit
+from .decorators import lock, locked_method
+from .double_submit import prevent_double_submit
 from .exceptions import (
     DuplicateTask,
     LockBackendError,

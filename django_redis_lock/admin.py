@@ -16,8 +16,6 @@ waiting by group. It refreshes itself every few seconds until the user turns tha
 from __future__ import annotations
 
 import itertools
-import math
-from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlencode
 
@@ -30,6 +28,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from redis.exceptions import RedisError
 
+from . import admin_display as display
 from . import census, registry, semaphore_registry
 from .conf import lock_settings
 from .exceptions import LockBackendError
@@ -40,49 +39,6 @@ RELEASE_PERMISSION = "django_redis_lock.release_lock"
 _TEMPLATES = "admin/django_redis_lock/heldlock/"
 _HOT_REFRESH = 5  # seconds: the hot-locks page's default
 _HOT_ROWS = 10
-# How the list's rows may be ordered (within the page: SCAN pages come in no order).
-_ORDERS = {
-    "name": lambda info: info.name,
-    "waiting": lambda info: (-info.waiting, info.name),
-    "ttl": lambda info: (info.ttl, info.name),
-}
-
-
-def _refresh(request: HttpRequest, default: int) -> int:
-    """Seconds between reloads asked for with ``?refresh=`` (``off``: 0), else ``default``."""
-    value = request.GET.get("refresh", "")
-    if value == "off":
-        return 0
-    return min(int(value), 3600) if value.isdigit() and int(value) > 0 else default
-
-
-def _query(**params: Any) -> str:
-    """A query string of the ``params`` that have a value."""
-    return "?" + urlencode({key: value for key, value in params.items() if value})
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "?"
-    seconds = max(0, int(value))
-    minutes, seconds = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {seconds:02d}s"
-
-
-def _age(info: registry.LockInfo) -> str:
-    if info.acquired_at is None:
-        return "?"
-    return _seconds((datetime.now(timezone.utc) - info.acquired_at).total_seconds())
-
-
-def _entry_rows(entries: list[census.Entry]) -> list[tuple[census.Entry, str, str]]:
-    """Each entry with how long it has been held and how long its lease has left, as text."""
-    return [
-        (entry, _seconds(entry.held_for), "never" if entry.ends_in == math.inf else
-         f"{entry.ends_in:.1f} s")
-        for entry in entries
-    ]  # fmt: skip
 
 
 class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -135,8 +91,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             raise PermissionDenied
         query = request.GET.get("q", "").strip()
         order = request.GET.get("o", "name")
-        order = order if order in _ORDERS else "name"
-        refresh = _refresh(request, 0)
+        order = order if order in display.LIST_ORDERS else "name"
+        refresh = display.refresh_seconds(request, 0)
         cursor = request.GET.get("cursor", "0")
         page_text = request.GET.get("p", "1")
         page_number = int(page_text) if page_text.isdigit() and int(page_text) > 0 else 1
@@ -165,7 +121,9 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             )
         # Sorted (by name unless asked): SCAN returns keys in no order, which may differ
         # between reloads.
-        rows = [(info, _age(info)) for info in sorted(items, key=_ORDERS[order])]
+        rows = [
+            (info, display.age(info)) for info in sorted(items, key=display.LIST_ORDERS[order])
+        ]
         here, page = (cursor, page_number) if page_number > 1 else ("", "")
         total = None  # how many are held in all, not on this page only
         if error is None and (rows or next_cursor):
@@ -207,16 +165,16 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             refresh=refresh,
             # Links that keep the page's search, order and refresh, changing one of them.
             sort_urls={
-                name: _query(q=query, o=name, refresh=refresh, cursor=here, p=page)
-                for name in _ORDERS
+                name: display.query_string(q=query, o=name, refresh=refresh, cursor=here, p=page)
+                for name in display.LIST_ORDERS
             },
-            refresh_url=_query(
+            refresh_url=display.query_string(
                 q=query, o=order, refresh="off" if refresh else 5, cursor=here, p=page
             ),
-            keep_params="&" + _query(q=query, o=order, refresh=refresh)[1:],
+            keep_params="&" + display.query_string(q=query, o=order, refresh=refresh)[1:],
             show_tasks=show_tasks,
             show_fences=show_fences,
-            semaphores=[(info, _age(info.holders[0])) for info in semaphores],
+            semaphores=[(info, display.age(info.holders[0])) for info in semaphores],
             semaphores_cut=len(semaphores) == lock_settings.ADMIN_PAGE_SIZE,
         )
         return TemplateResponse(request, _TEMPLATES + "change_list.html", context)
@@ -242,11 +200,11 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "Hot locks",
             census=found,
             error=error,
-            most_waited=_entry_rows(found.most_waited(_HOT_ROWS)) if found else [],
-            oldest=_entry_rows(found.oldest(_HOT_ROWS)) if found else [],
-            ending=_entry_rows(found.ending(_HOT_ROWS)) if found else [],
+            most_waited=display.entry_rows(found.most_waited(_HOT_ROWS)) if found else [],
+            oldest=display.entry_rows(found.oldest(_HOT_ROWS)) if found else [],
+            ending=display.entry_rows(found.ending(_HOT_ROWS)) if found else [],
             groups=groups,
-            refresh=_refresh(request, _HOT_REFRESH),
+            refresh=display.refresh_seconds(request, _HOT_REFRESH),
             default_refresh=_HOT_REFRESH,
         )
         return TemplateResponse(request, _TEMPLATES + "hot.html", context)
@@ -256,15 +214,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             raise PermissionDenied
         name = request.GET.get("name", "")
         info, error = self._read(name) if name else (None, None)
-        waiting = None
-        if info is not None:
-            try:
-                waiting = registry.waiting(info.name)
-            except (RedisError, LockBackendError):
-                waiting = None  # shown as unknown; the rest was read
+        waiting = info.waiting if info is not None else None  # read with its record
         keys = lock_keys(info.name, lock_settings.CACHE_ALIAS) if info is not None else None
         context = self._context(
-            request, name or "Lock", info=info, name=name, age=_age(info) if info else None,
+            request, name or "Lock", info=info, name=name, age=display.age(info) if info else None,
             error=error, waiting=waiting, keys=keys,
         )  # fmt: skip
         return TemplateResponse(request, _TEMPLATES + "detail.html", context)
@@ -279,7 +232,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 info = semaphore_registry.get_semaphore(name)
             except (RedisError, LockBackendError) as exc:
                 error = f"Redis could not be reached: {exc}"
-        holders = [(holder, _age(holder)) for holder in info.holders] if info else []
+        holders = [(holder, display.age(holder)) for holder in info.holders] if info else []
         context = self._context(
             request,
             f"Semaphore {name}" if name else "Semaphore",

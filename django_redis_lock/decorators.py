@@ -2,7 +2,9 @@
 
 - ``@lock(name, **options)``: any function, sync or async;
 - ``@locked_method(suffix=None, refresh=True, **options)``: a model method, on its row's lock;
-- ``@prevent_double_submit(key=..., ...)``: a view, against duplicate submissions.
+
+and the pieces other decorators share (``name_maker``, ``held_each_call``, ``template_group``).
+``@prevent_double_submit`` is in ``double_submit.py``.
 
 ``@lock(name, **options)`` holds a fresh ``Lock`` for each call of the decorated function (sync
 or async). ``name`` is a plain string, a ``str.format`` template filled from the call's
@@ -13,30 +15,21 @@ arguments and returning the name. When the lock cannot be had within ``wait``, t
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import inspect
-import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from asgiref.sync import iscoroutinefunction, sync_to_async
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
-from django.template.response import SimpleTemplateResponse
+from asgiref.sync import iscoroutinefunction
 
-from . import durations, replays, submissions
-from .conf import lock_settings
-from .exceptions import LockBackendError, LockError, LockLost, LockNotOwned
-from .hints import check_names, hinted
-from .locks import LOCK_OPTIONS, Claim, Lock
+from .exceptions import LockError, LockLost, LockNotOwned
+from .hints import check_names
+from .locks import LOCK_OPTIONS, Lock
 
-__all__ = ["held_each_call", "lock", "locked_method", "prevent_double_submit"]
+__all__ = ["held_each_call", "lock", "locked_method", "name_maker", "template_group"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-logger = logging.getLogger("django_redis_lock")
 
 
 def name_maker(name: str | Callable[..., str], func: Callable[..., Any]) -> Callable[..., str]:
@@ -60,12 +53,11 @@ def name_maker(name: str | Callable[..., str], func: Callable[..., Any]) -> Call
     return from_template
 
 
-def template_group(name: str | Callable[..., str], options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` with the metrics group a decorator's locks share: ``group=`` if given,
-    else the template ``name`` itself (``"sync:{customer_id}"``: one label, whatever the ids)."""
-    if "group" not in options and isinstance(name, str) and "{" in name:
-        return {**options, "group": name}
-    return options
+def template_group(name: str | Callable[..., str]) -> str | None:
+    """The metrics group a decorator's locks share unless ``group=`` says another: the
+    template ``name`` itself (``"sync:{customer_id}"``: one label, whatever the ids); None
+    for a plain name or a callable (the name's own fallback, ``metrics/labels.py``)."""
+    return name if isinstance(name, str) and "{" in name else None
 
 
 def lock(name: str | Callable[..., str], **options: Any) -> Callable[[F], F]:
@@ -76,7 +68,7 @@ def lock(name: str | Callable[..., str], **options: Any) -> Callable[[F], F]:
     locks' metrics group unless ``group=`` says another.
     """
     check_names(options, "@lock()", takes=LOCK_OPTIONS)
-    options = template_group(name, options)
+    options.setdefault("group", template_group(name))
     Lock("validate-options", **options)  # bad options fail at import time, not at run time
     return held_each_call(name, functools.partial(Lock, **options))
 
@@ -157,251 +149,5 @@ def locked_method(
             return result
 
         return wrapper  # type: ignore[return-value]
-
-    return decorator
-
-
-class _SubmissionGuard:
-    """The configuration of one ``@prevent_double_submit`` and everything but the I/O, which
-    the sync and async wrappers do each their own way."""
-
-    def __init__(
-        self, *, key: Any, group: str, methods: Any, fingerprint: bool, wait: float,
-        timeout: float | None, hold: float, replay: bool, idempotency_header: str | None,
-        idempotency_ttl: float,
-    ) -> None:  # fmt: skip
-        self.key = submissions.key_function(key)
-        self.group = group
-        self.methods = frozenset(
-            m.upper() for m in ([methods] if isinstance(methods, str) else methods)
-        )
-        self.fingerprint = fingerprint
-        self.wait = wait
-        self.timeout = timeout
-        self.hold = hold
-        self.replay = replay
-        self.idempotency_header = idempotency_header
-        self.idempotency_ttl = idempotency_ttl
-
-    def plan(self, request: HttpRequest) -> _Submission | None:
-        """The lock for this request, or None when it is not guarded."""
-        if request.method not in self.methods or not lock_settings.ENABLED:
-            return None
-        client = submissions.client_identity(request, self.key)
-        if client is None:
-            return None  # nobody to tell apart (an anonymous user with key="user", say)
-        idempotency_key = (
-            request.headers.get(self.idempotency_header) if self.idempotency_header else None
-        )
-        fingerprint = (
-            submissions.request_fingerprint(request) if self.fingerprint or idempotency_key else ""
-        )
-        if idempotency_key:
-            name = submissions.submission_lock_name(self.group, client, "key", idempotency_key)
-            keep = self.idempotency_ttl
-        else:
-            name = submissions.submission_lock_name(self.group, client, fingerprint)
-            keep = self.hold
-        lock = Lock(
-            name,
-            wait=self.wait,
-            timeout=self.timeout,
-            label=f"submission to {self.group}",
-            group=f"view:{self.group}",
-        )
-        return _Submission(
-            lock, fingerprint, keep, idempotency_key is not None, client,
-            # A client known only by its IP address may be several people (one office, one
-            # mobile carrier's NAT): never show one of them another's response.
-            replayable=self.replay and not submissions.ip_scoped(client),
-        )  # fmt: skip
-
-    def refuse(self, request: HttpRequest, submission: _Submission, claim: Claim) -> Any:
-        """The answer to a request that did not get the lock: the first response replayed,
-        or what the duplicate-submission view says (a coroutine if that view is async)."""
-        answer = self._duplicate(submission, claim)
-        if isinstance(answer, HttpResponseBase):
-            return answer
-        return _duplicate_view()(request, answer)
-
-    def _duplicate(
-        self, submission: _Submission, claim: Claim
-    ) -> submissions.DuplicateSubmission | HttpResponse:
-        """Why a request that did not get the lock is not run, or the response to replay."""
-        if claim.result is None:  # the first one is still running
-            holder = claim.refusal
-            assert holder is not None
-            # Its lease (renewed, 30 s by default) says little about when it ends; a retry
-            # after `hold` seconds is answered from its result if it finished by then.
-            wait = min(holder.ttl, submission.keep) if holder.ttl else submission.keep
-            return submissions.DuplicateSubmission(
-                "The same submission is being processed.",
-                status=409,
-                retry_after=submissions.retry_after(wait),
-            )
-        finished = submissions.Finished.loads(claim.result)
-        if submission.idempotent and finished.fingerprint != submission.fingerprint:
-            return submissions.DuplicateSubmission(
-                "This Idempotency-Key was used for a different request.",
-                status=422,
-                retry_after=None,
-            )
-        if finished.status is not None:
-            return finished.replay()
-        return submissions.DuplicateSubmission(
-            "The same submission was just processed.",
-            status=409,
-            retry_after=submissions.retry_after(submission.keep),
-        )
-
-    def result_of(
-        self, response: HttpResponseBase, submission: _Submission
-    ) -> submissions.Finished | None:
-        """What to keep of the response for duplicates (None: nothing, a retry may run)."""
-        if response.status_code >= 500:
-            return None
-        if isinstance(response, SimpleTemplateResponse) and not response.is_rendered:
-            response.render()  # its content is what a duplicate must get
-        return submissions.Finished.of(
-            response, submission.fingerprint, replay=submission.replayable,
-            max_bytes=lock_settings.REPLAY_MAX_BYTES,
-        )  # fmt: skip
-
-    def kept(self, finished: submissions.Finished | None, submission: _Submission) -> bytes | None:
-        """``finished`` as it is kept, once its body is counted against the replay budgets
-        (``replays.py``); without its body if that does not fit. Does I/O."""
-        if finished is None:
-            return None
-        if finished.status is not None:
-            record = finished.dumps()
-            refused = replays.charge(
-                lock_settings.CACHE_ALIAS, submission.client, len(record),
-                durations.milliseconds(submission.keep),
-            )  # fmt: skip
-            if refused is None:
-                return record
-            logger.warning(
-                "Not keeping the response of %s for replay: %s. Its duplicates get 409.",
-                self.group, refused,
-            )  # fmt: skip
-            finished = finished.without_body()
-        return finished.dumps()
-
-    @staticmethod
-    def unavailable(request: HttpRequest, error: LockBackendError) -> HttpResponse | None:
-        """Redis is unreachable: None lets the view run unprotected (FAIL_OPEN), else a 503."""
-        if lock_settings.FAIL_OPEN:
-            logger.warning("Running %s without double-submit protection: %s", request.path, error)
-            return None
-        response = HttpResponse("Service unavailable, please try again.", status=503)
-        response.headers["Retry-After"] = "5"
-        return response
-
-
-@dataclass(frozen=True)
-class _Submission:
-    lock: Lock
-    fingerprint: str
-    keep: float  # seconds the result is kept for duplicates
-    idempotent: bool
-    client: str  # who submits (the key's value)
-    replayable: bool  # whether its response may be replayed to duplicates
-
-
-def _duplicate_view() -> Callable[..., Any]:
-    from .views import duplicate_submission
-
-    return lock_settings.DUPLICATE_SUBMISSION_VIEW or duplicate_submission
-
-
-@hinted
-def prevent_double_submit(
-    key: str | Callable[[HttpRequest], str | None] = "user_or_ip",
-    *,
-    group: str | None = None,
-    methods: Any = submissions.UNSAFE,
-    fingerprint: bool = True,
-    wait: float = 0,
-    timeout: float | None = None,
-    hold: float = 5,
-    replay: bool = True,
-    idempotency_header: str | None = None,
-    idempotency_ttl: float = 24 * 3600,
-) -> Callable[[F], F]:
-    """Run a view at most once for the same submission from the same client.
-
-    See ``docs/views.md``. In short: while the first of identical requests (same client by
-    ``key``, same view ``group``, same method, path, query and submitted data) runs, the others
-    get 409 Conflict with Retry-After (or wait up to ``wait`` seconds for it); for ``hold``
-    seconds after it finished they get its response replayed (``Idempotent-Replayed: true``),
-    or 409 when it cannot be replayed. With ``idempotency_header="Idempotency-Key"`` a request
-    carrying that header is identified by it instead (kept ``idempotency_ttl`` seconds; a
-    different payload under a used key gets 422).
-    """
-    Lock("validate-options", wait=wait, timeout=timeout)
-    submissions.key_function(key)  # a bad key fails here, at import time, not per request
-    hold = durations.seconds(hold, "hold")
-    idempotency_ttl = durations.seconds(idempotency_ttl, "idempotency_ttl")
-
-    def decorator(view: F) -> F:
-        guard = _SubmissionGuard(
-            key=key, group=group or f"{view.__module__}.{view.__qualname__}", methods=methods,
-            fingerprint=fingerprint, wait=wait, timeout=timeout, hold=hold, replay=replay,
-            idempotency_header=idempotency_header, idempotency_ttl=idempotency_ttl,
-        )  # fmt: skip
-
-        if iscoroutinefunction(view):
-
-            @functools.wraps(view)
-            async def async_guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                submission = guard.plan(request)
-                if submission is None:
-                    return await view(request, *args, **kwargs)
-                try:
-                    claim = await submission.lock.aclaim(want_result=True)
-                except LockBackendError as error:
-                    fallback = guard.unavailable(request, error)
-                    return fallback or await view(request, *args, **kwargs)
-                if not claim.acquired:
-                    refusal = guard.refuse(request, submission, claim)
-                    return await refusal if asyncio.iscoroutine(refusal) else refusal
-                result = None
-                try:
-                    response = await view(request, *args, **kwargs)
-                    finished = guard.result_of(response, submission)
-                    result = await sync_to_async(guard.kept, thread_sensitive=False)(
-                        finished, submission
-                    )
-                    return response
-                finally:
-                    with contextlib.suppress(LockNotOwned, LockBackendError):
-                        await submission.lock.arelease(result=result, result_ttl=submission.keep)
-
-            return async_guarded  # type: ignore[return-value]
-
-        @functools.wraps(view)
-        def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            submission = guard.plan(request)
-            if submission is None:
-                return view(request, *args, **kwargs)
-            try:
-                claim = submission.lock.claim(want_result=True)
-            except LockBackendError as error:
-                fallback = guard.unavailable(request, error)
-                return fallback or view(request, *args, **kwargs)
-            if not claim.acquired:
-                return guard.refuse(request, submission, claim)
-            result = None
-            try:
-                response = view(request, *args, **kwargs)
-                result = guard.kept(guard.result_of(response, submission), submission)
-                return response
-            finally:
-                # Nothing is kept when the view raised: a retry may run it again. A lost lock
-                # was reported when it was lost; an unreachable Redis lets the lease end.
-                with contextlib.suppress(LockNotOwned, LockBackendError):
-                    submission.lock.release(result=result, result_ttl=submission.keep)
-
-        return guarded  # type: ignore[return-value]
 
     return decorator

@@ -69,11 +69,6 @@ class Holding:
         return self._label
 
     @property
-    def metric_kind(self) -> str:
-        """The metrics' kind label: ``lock``, ``semaphore``."""
-        return type(self).__name__.lower()
-
-    @property
     def group(self) -> str:
         """What the metrics count this under: ``group=``, else the name's leading parts."""
         if self._group is not None:

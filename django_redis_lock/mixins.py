@@ -160,7 +160,7 @@ class PreventDoubleSubmitMixin:
 
     @classmethod
     def _guard_dispatch(cls) -> Callable[..., Any]:
-        from .decorators import prevent_double_submit
+        from .double_submit import prevent_double_submit
 
         options = {"group": f"{cls.__module__}.{cls.__qualname__}", **cls.double_submit}
 

@@ -236,5 +236,5 @@ def semaphore(name: str | Callable[..., str], *, limit: int, **options: Any) -> 
     decorator is applied. Raises ``LockNotAcquired`` when no permit frees within ``wait``."""
     check_names(options, "@semaphore()", takes=SEMAPHORE_OPTIONS)
     Semaphore("validate-options", limit=limit, **options)
-    options = template_group(name, options)
+    options.setdefault("group", template_group(name))
     return held_each_call(name, functools.partial(Semaphore, limit=limit, **options))

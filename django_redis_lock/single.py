@@ -99,7 +99,7 @@ class SingleInstance:
         make_name = name_maker(self.name, func)
         where = f"{func.__module__}.{func.__qualname__}"
 
-        group = template_group(self.name, {}).get("group")
+        group = template_group(self.name)
 
         def lock_for(*args: Any, **kwargs: Any) -> Lock:
             return Lock(

@@ -1,6 +1,6 @@
 """What counts as "the same submission", and what is kept of the first one.
 
-The plain core of ``@prevent_double_submit`` (in ``decorators.py``): who the client is (the
+The plain core of ``@prevent_double_submit`` (in ``double_submit.py``): who the client is (the
 ``key``), a fingerprint of what was submitted, the lock name built from both, and the record
 of a finished submission that later duplicates are answered from.
 

@@ -52,7 +52,7 @@ def remove(sink: Sink) -> None:
 
 
 def _labels(lock: Any) -> tuple[str, str]:
-    return lock.metric_kind, bounded(lock.group)
+    return type(lock).__name__.lower(), bounded(lock.group)
 
 
 def waited(lock: Any, outcome: str, seconds: float) -> None:

@@ -1,0 +1,63 @@
+"""How the admin Locks pages show what they read: durations, ages, the list's orders, and
+the query strings of their links (``admin.py`` has the views)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import urlencode
+
+from django.http import HttpRequest
+
+from .census import Entry
+from .records import LockInfo
+
+__all__ = ["LIST_ORDERS", "age", "duration", "entry_rows", "query_string", "refresh_seconds"]
+
+# How the list's rows may be ordered (within the page: SCAN pages come in no order).
+LIST_ORDERS: dict[str, Callable[[LockInfo], Any]] = {
+    "name": lambda info: info.name,
+    "waiting": lambda info: (-info.waiting, info.name),
+    "ttl": lambda info: (info.ttl, info.name),
+}
+
+
+def refresh_seconds(request: HttpRequest, default: int) -> int:
+    """Seconds between reloads asked for with ``?refresh=`` (``off``: 0), else ``default``."""
+    value = request.GET.get("refresh", "")
+    if value == "off":
+        return 0
+    return min(int(value), 3600) if value.isdigit() and int(value) > 0 else default
+
+
+def query_string(**params: Any) -> str:
+    """A query string of the ``params`` that have a value."""
+    return "?" + urlencode({key: value for key, value in params.items() if value})
+
+
+def duration(value: float | None) -> str:
+    """Seconds as ``1h 02m`` or ``3m 07s`` ("?": unknown)."""
+    if value is None:
+        return "?"
+    seconds = max(0, int(value))
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {seconds:02d}s"
+
+
+def age(info: LockInfo) -> str:
+    """Since ``info``'s holder took it."""
+    if info.acquired_at is None:
+        return "?"
+    return duration((datetime.now(timezone.utc) - info.acquired_at).total_seconds())
+
+
+def entry_rows(entries: list[Entry]) -> list[tuple[Entry, str, str]]:
+    """Each entry with how long it has been held and how long its lease has left, as text."""
+    return [
+        (entry, duration(entry.held_for), "never" if entry.ends_in == math.inf else
+         f"{entry.ends_in:.1f} s")
+        for entry in entries
+    ]  # fmt: skip
