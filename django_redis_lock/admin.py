@@ -188,13 +188,6 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             found = census.take_census()
         except (RedisError, LockBackendError) as exc:
             error = f"Redis could not be reached: {exc}"
-        groups = []
-        if found is not None:
-            by_group = found.groups()
-            groups = sorted(
-                ((kind, group, figures) for (kind, group), figures in by_group.items()),
-                key=lambda row: (-row[2].waiting, -row[2].held, row[0], row[1]),
-            )
         context = self._context(
             request,
             "Hot locks",
@@ -203,7 +196,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             most_waited=display.entry_rows(found.most_waited(_HOT_ROWS)) if found else [],
             oldest=display.entry_rows(found.oldest(_HOT_ROWS)) if found else [],
             ending=display.entry_rows(found.ending(_HOT_ROWS)) if found else [],
-            groups=groups,
+            groups=found.groups_by_contention() if found else [],
             refresh=display.refresh_seconds(request, _HOT_REFRESH),
             default_refresh=_HOT_REFRESH,
         )

@@ -101,6 +101,13 @@ class Census:
             figures[1] += waiting
         return {key: GroupFigures(held, waiting) for key, (held, waiting) in kept.items()}
 
+    def groups_by_contention(self) -> list[tuple[str, str, GroupFigures]]:
+        """:meth:`groups` as ``(kind, group, figures)``, most waiters first, then most held."""
+        return sorted(
+            ((kind, group, figures) for (kind, group), figures in self.groups().items()),
+            key=lambda row: (-row[2].waiting, -row[2].held, row[0], row[1]),
+        )
+
     def most_waited(self, count: int = 10) -> list[Entry]:
         """Those with most waiters now (none without a waiter)."""
         waited = [entry for entry in self.entries if entry.waiting]

@@ -91,8 +91,10 @@ def stats(found: Census, top: int) -> list[str]:
         f"{found.held} held, {found.waiting} waiting{cut}; {found.keys_scanned} keys looked at.",
         "",
     ]
-    groups = sorted(found.groups().items(), key=lambda item: (-item[1].waiting, -item[1].held))
-    rows = [(group, kind, str(f.held), str(f.waiting)) for (kind, group), f in groups]
+    rows = [
+        (group, kind, str(f.held), str(f.waiting))
+        for kind, group, f in found.groups_by_contention()
+    ]
     printed += table(("GROUP", "KIND", "HELD", "WAITING"), rows) if rows else ["Nothing is held."]
     header = ("NAME", "KIND", "GROUP", "HELD", "WAITING", "HELD FOR", "ENDS IN")
     for title, entries in (
