@@ -5,9 +5,9 @@ metrics (``db.client.connection.wait_time``...), the closest it has to locks:
 
     redis_lock.wait.duration   histogram, s   attributes: kind, group, outcome
     redis_lock.hold.duration   histogram, s   kind, group
-    redis_lock.contended       counter        kind, group
-    redis_lock.timeouts        counter        kind, group
-    redis_lock.lost            counter        kind, group, reason
+    redis_lock.contended       counter        kind, group           (observable)
+    redis_lock.timeouts        counter        kind, group           (observable)
+    redis_lock.lost            counter        kind, group, reason   (observable)
 
 An exporter to Prometheus names them ``redis_lock_wait_duration_seconds``... The meter comes
 from the global meter provider unless one is given.
@@ -31,12 +31,21 @@ from typing import Any
 from opentelemetry import metrics
 
 from ..census import DEFAULT_MAX_KEYS, Census, take_census
+from .buffer import CONTENDED, HELD, LOST, WAITED, BufferedSink, Event
+from .hub import TIMED_OUT
 
 __all__ = ["OpenTelemetrySink", "default_sink", "observe_census"]
 
 
-class OpenTelemetrySink:
+class OpenTelemetrySink(BufferedSink):
+    """The instruments on a meter of ``meter_provider``. An event is an append on the lock's
+    path (``buffer.py``): the SDK's ``record()`` costs about 8 µs. At each collection, the
+    counters' callbacks (observable counters, read from this sink's tallies) first record the
+    pending waits and holds into the histograms, so that the collection counts every event
+    before it. Recorded then, they carry no exemplar of the span they happened in."""
+
     def __init__(self, meter_provider: Any = None) -> None:
+        super().__init__()
         meter = metrics.get_meter("django_redis_lock", meter_provider=meter_provider)
         self.wait = meter.create_histogram(
             "redis_lock.wait.duration", unit="s", description="Time to acquire a lock."
@@ -44,40 +53,59 @@ class OpenTelemetrySink:
         self.hold = meter.create_histogram(
             "redis_lock.hold.duration", unit="s", description="Time a lock was held."
         )
-        self.contention = meter.create_counter(
-            "redis_lock.contended", description="Acquisitions that found the lock held and waited."
-        )
-        self.timeouts = meter.create_counter(
-            "redis_lock.timeouts", description="Waits for a lock that ran out."
-        )
-        self.losses = meter.create_counter(
-            "redis_lock.lost", description="Leases lost while held."
-        )
-
+        self.counts: dict[str, dict[tuple[str, ...], int]] = {
+            CONTENDED: {}, TIMED_OUT: {}, LOST: {}
+        }  # fmt: skip
+        counters = {
+            CONTENDED: (
+                "redis_lock.contended",
+                "Acquisitions that found the lock held and waited.",
+            ),
+            TIMED_OUT: ("redis_lock.timeouts", "Waits for a lock that ran out."),
+            LOST: ("redis_lock.lost", "Leases lost while held."),
+        }
+        for what, (name, description) in counters.items():
+            meter.create_observable_counter(
+                name, callbacks=[self._observer(what)], description=description
+            )
         self._attributes: dict[tuple[str, ...], dict[str, str]] = {}
 
-    def _of(self, kind: str, group: str, extra: str = "", value: str = "") -> dict[str, str]:
+    def _of(self, labels: tuple[str, ...], extra: str = "") -> dict[str, str]:
         """The attributes of a label set, made once (and never mutated: the SDK keeps them)."""
-        key = (kind, group, extra, value)
-        attributes = self._attributes.get(key)
+        attributes = self._attributes.get(labels)
         if attributes is None:
-            attributes = {"kind": kind, "group": group, **({extra: value} if extra else {})}
-            self._attributes[key] = attributes
+            attributes = {"kind": labels[0], "group": labels[1]}
+            if extra:
+                attributes[extra] = labels[2]
+            self._attributes[labels] = attributes
         return attributes
 
-    def waited(self, kind: str, group: str, outcome: str, seconds: float) -> None:
-        self.wait.record(seconds, self._of(kind, group, "outcome", outcome))
-        if outcome == "timed_out":
-            self.timeouts.add(1, self._of(kind, group))
+    def take(self, events: list[Event]) -> None:
+        for what, labels, seconds in events:
+            if what == WAITED:
+                self.wait.record(seconds, self._of(labels, "outcome"))
+                if labels[2] == TIMED_OUT:
+                    self._count(TIMED_OUT, labels[:2])
+            elif what == HELD:
+                self.hold.record(seconds, self._of(labels))
+            else:
+                self._count(what, labels)
 
-    def held(self, kind: str, group: str, seconds: float) -> None:
-        self.hold.record(seconds, self._of(kind, group))
+    def _count(self, what: str, labels: tuple[str, ...]) -> None:
+        counts = self.counts[what]
+        counts[labels] = counts.get(labels, 0) + 1
 
-    def contended(self, kind: str, group: str) -> None:
-        self.contention.add(1, self._of(kind, group))
+    def _observer(self, what: str) -> Callable[[Any], Iterable[metrics.Observation]]:
+        extra = "reason" if what == LOST else ""
 
-    def lost(self, kind: str, group: str, reason: str) -> None:
-        self.losses.add(1, self._of(kind, group, "reason", reason))
+        def callback(options: Any) -> Iterable[metrics.Observation]:
+            with self.settled():
+                return [
+                    metrics.Observation(count, self._of(labels, extra))
+                    for labels, count in self.counts[what].items()
+                ]
+
+        return callback
 
 
 _default: OpenTelemetrySink | None = None

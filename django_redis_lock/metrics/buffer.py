@@ -1,0 +1,91 @@
+"""Events kept on the lock's path by one append, handed to an exporter in batches.
+
+Why: an acquisition reports two events (its wait, then its hold), and an exporter's own
+instruments are slow for that path. ``prometheus_client``'s histogram takes two locks per
+observation (about 1.2 µs), the OpenTelemetry SDK's ``record()`` cleans and hashes its attributes
+each time (about 8 µs). Appending a tuple to a ``deque`` costs about 0.1 µs and takes no lock
+(``append`` and ``popleft`` are atomic). The exporter adds the events up when it is read (a
+scrape, a collection), with :meth:`BufferedSink.settled`. So that a process nobody reads keeps
+no more than ``limit`` events, the append that passes the limit settles them on the spot.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TypeAlias
+
+__all__ = ["CONTENDED", "HELD", "LOST", "WAITED", "BufferedSink", "Event"]
+
+logger = logging.getLogger("django_redis_lock")
+
+# What happened (an Event's ``what``).
+WAITED, HELD, CONTENDED, LOST = "waited", "held", "contended", "lost"
+
+
+# (what, labels, seconds). ``labels``: (kind, group), then a wait's outcome or a loss's reason;
+# ``seconds``: a wait's or a hold's duration, 0.0 for the others. A plain tuple: a NamedTuple
+# costs 0.3 µs more to make, on the lock's path.
+Event: TypeAlias = tuple[str, tuple[str, ...], float]
+
+
+class BufferedSink:
+    """A :class:`~django_redis_lock.metrics.hub.Sink` that appends; subclasses add the events
+    up in :meth:`take`, always under one lock, in the order they happened."""
+
+    limit = 10_000
+
+    def __init__(self) -> None:
+        self._pending: deque[Event] = deque()
+        self._taking = threading.Lock()
+
+    # Every acquisition reports a wait and a hold: those two append inline (a shared helper
+    # costs a call more, on the lock's path); the rarer events go through _append.
+
+    def waited(self, kind: str, group: str, outcome: str, seconds: float) -> None:
+        self._pending.append((WAITED, (kind, group, outcome), seconds))
+        if len(self._pending) > self.limit:
+            self.settle()
+
+    def held(self, kind: str, group: str, seconds: float) -> None:
+        self._pending.append((HELD, (kind, group), seconds))
+        if len(self._pending) > self.limit:
+            self.settle()
+
+    def contended(self, kind: str, group: str) -> None:
+        self._append((CONTENDED, (kind, group), 0.0))
+
+    def lost(self, kind: str, group: str, reason: str) -> None:
+        self._append((LOST, (kind, group, reason), 0.0))
+
+    def _append(self, event: Event) -> None:
+        self._pending.append(event)
+        if len(self._pending) > self.limit:
+            self.settle()
+
+    def settle(self) -> None:
+        """Hand every event appended so far to :meth:`take`."""
+        with self.settled():
+            pass
+
+    @contextmanager
+    def settled(self) -> Iterator[None]:
+        """Every event appended so far handed to :meth:`take`; while the block runs, no other
+        thread takes any (read the tallies in it)."""
+        with self._taking:
+            batch = []
+            pending = self._pending
+            while pending:  # popleft, not a swap: an append racing this one is never lost
+                batch.append(pending.popleft())
+            if batch:
+                try:
+                    self.take(batch)
+                except Exception:  # a metric must never fail a lock's acquisition or release
+                    logger.exception("Lock metrics: %d events dropped", len(batch))
+            yield
+
+    def take(self, events: list[Event]) -> None:
+        raise NotImplementedError

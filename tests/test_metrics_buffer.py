@@ -1,0 +1,167 @@
+"""The exporters' events, appended on the lock's path and added up when read
+(``metrics/buffer.py``): nothing lost to a race or a full buffer, the same figures as
+``prometheus_client``'s own instruments, a buffer that stays short when nobody reads it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from prometheus_client import CollectorRegistry, values
+
+from django_redis_lock import Lock
+from django_redis_lock.metrics import hub
+from django_redis_lock.metrics.buffer import BufferedSink
+from django_redis_lock.metrics.opentelemetry import OpenTelemetrySink
+from django_redis_lock.metrics.prometheus import (
+    HOLD_BUCKETS,
+    WAIT_BUCKETS,
+    MultiProcessPrometheusSink,
+    PrometheusSink,
+)
+
+
+class Counting(BufferedSink):
+    def __init__(self, limit: int = 10_000) -> None:
+        super().__init__()
+        self.limit = limit
+        self.taken: list = []
+        self.batches = 0
+
+    def take(self, events):
+        self.batches += 1
+        self.taken.extend(events)
+
+
+def feed(sink, waits, holds) -> None:
+    for seconds, outcome in waits:
+        sink.waited("lock", "import", outcome, seconds)
+    for seconds in holds:
+        sink.held("lock", "import", seconds)
+    sink.contended("lock", "import")
+    sink.lost("semaphore", "renders", "expired")
+
+
+def samples(registry) -> dict[tuple, float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for metric in registry.collect()
+        for sample in metric.samples
+        if not sample.name.endswith("_created")
+    }
+
+
+def test_prometheus_sink_gives_what_prometheus_clients_instruments_give():
+    """Bounds themselves (a value equal to a bucket's bound falls in it), values between them,
+    past the last, and zero: the same buckets, counts and sums, sample for sample."""
+    waits = [(bound, "acquired") for bound in WAIT_BUCKETS]
+    waits += [(bound * 1.5, "acquired") for bound in WAIT_BUCKETS] + [(0.0, "acquired")]
+    waits += [(600.0, "timed_out"), (0.2, "error")]
+    holds = [*HOLD_BUCKETS, 0.0, 0.003, 7200.0]
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    feed(PrometheusSink(registry=ours), waits, holds)
+    feed(MultiProcessPrometheusSink(registry=theirs), waits, holds)  # plain ones, in one process
+    expected = samples(theirs)
+    assert samples(ours) == expected
+    assert expected[("redis_lock_timeouts_total", (("group", "import"), ("kind", "lock")))] == 1
+    labels = (("group", "import"), ("kind", "lock"), ("le", "+Inf"), ("outcome", "acquired"))
+    assert expected[("redis_lock_wait_seconds_bucket", labels)] == 2 * len(WAIT_BUCKETS) + 1
+
+
+def test_appends_racing_a_settle_are_all_taken():
+    sink = Counting()
+    threads_count, each = 4, 5_000
+    stop = threading.Event()
+
+    def settle_often():
+        while not stop.is_set():
+            sink.settle()
+
+    def report(index):
+        for n in range(each):
+            sink.held("lock", f"g{index}", float(n))
+
+    settler = threading.Thread(target=settle_often)
+    settler.start()
+    reporters = [threading.Thread(target=report, args=(index,)) for index in range(threads_count)]
+    for thread in reporters:
+        thread.start()
+    for thread in reporters:
+        thread.join(60)
+    stop.set()
+    settler.join(60)
+    sink.settle()
+    assert len(sink.taken) == threads_count * each
+    for index in range(threads_count):  # each thread's events, once each, in its order
+        mine = [event[2] for event in sink.taken if event[1] == ("lock", f"g{index}")]
+        assert mine == [float(n) for n in range(each)]
+
+
+def test_a_sink_nobody_reads_keeps_at_most_its_limit():
+    sink = Counting(limit=100)
+    for n in range(1_000):
+        sink.held("lock", "import", 0.1)
+        assert (n + 1) - len(sink.taken) <= 100  # never more than `limit` waiting
+    assert sink.batches == 9  # at the 101st append, the 202nd...
+    sink.settle()
+    assert len(sink.taken) == 1_000
+
+
+def test_a_failing_exporter_drops_its_batch_but_not_the_lock(caplog):
+    class Broken(BufferedSink):
+        limit = 1
+
+        def take(self, events):
+            raise RuntimeError("exporter is broken")
+
+    sink = Broken()
+    hub.add(sink)
+    try:
+        # Its wait, then its hold: the second append settles, and take() fails.
+        with caplog.at_level(logging.ERROR, logger="django_redis_lock"), Lock("metrics:broken"):
+            pass
+    finally:
+        hub.remove(sink)
+    assert "Lock metrics: 2 events dropped" in caplog.text
+    again = Lock("metrics:broken", wait=0)
+    assert again.acquire()  # released all the same
+    again.release()
+
+
+def test_opentelemetry_records_pending_events_at_each_collection():
+    reader = InMemoryMetricReader()
+    sink = OpenTelemetrySink(MeterProvider(metric_readers=[reader]))
+    feed(sink, [(0.01, "acquired"), (0.5, "timed_out")], [0.2, 0.3])
+    first = collected(reader)
+    assert first["redis_lock.wait.duration"] == 2
+    assert first["redis_lock.hold.duration"] == 2
+    assert first["redis_lock.timeouts"] == 1
+    assert first["redis_lock.lost"] == 1
+    sink.held("lock", "import", 0.4)
+    assert collected(reader)["redis_lock.hold.duration"] == 3  # cumulative
+
+
+def collected(reader) -> dict[str, float]:
+    """Each metric's total: a histogram's count, a counter's value."""
+    totals: dict[str, float] = {}
+    for resource in reader.get_metrics_data().resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    value = getattr(point, "count", None)
+                    if value is None:
+                        value = point.value
+                    totals[metric.name] = totals.get(metric.name, 0) + value
+    return totals
+
+
+def test_the_sink_for_prometheus_multi_process_mode_is_chosen_as_prometheus_client_chose(
+    monkeypatch,
+):
+    # prometheus_client decides once, at import, from PROMETHEUS_MULTIPROC_DIR: set its choice.
+    monkeypatch.setattr(values, "ValueClass", values.MultiProcessValue())
+    with pytest.raises(ValueError, match="MultiProcessPrometheusSink"):
+        PrometheusSink(registry=None)
