@@ -5,8 +5,8 @@ counters: under gunicorn or uWSGI each process sees only its own locks, and a pr
 holding one says nothing (django-prometheus #111). So the scrape-time gauges
 (``metrics/census.py``), the admin's hot-locks view and ``redis_locks stats`` all take a
 *census*: one ``SCAN`` with ``MATCH`` on our namespace, each batch's locks and semaphores read
-in one pipelined round trip with ``registry.read_leases`` and ``semaphores.state_commands``
-(the admin page's readers), and a cap on the keys looked at, so that a scrape stays short on a
+with the admin page's readers (``registry.lease_commands``, ``semaphores.state_commands``) in
+the round trip of the next ``SCAN`` (``commands.scan_reading``), and a cap on the keys looked at, so that a scrape stays short on a
 Redis with millions of keys (a census cut short says so: ``complete`` is False).
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from .commands import execute, execute_many
+from .commands import scan_reading
 from .conf import lock_settings
 from .connection import lock_client
 from .core.permits import PermitKeys
@@ -28,7 +28,7 @@ from .keys import namespace
 from .metrics.labels import MAX_GROUPS, OTHER
 from .quorum import QuorumClient
 from .records import LockInfo, text
-from .registry import glob_escape, incomplete, read_leases, scan_targets
+from .registry import glob_escape, incomplete, lease_commands, leases_from, scan_targets
 from .semaphore_registry import SemaphoreInfo, semaphore_info
 from .semaphores import state_commands, state_from
 
@@ -141,20 +141,46 @@ def _semaphore_entry(info: SemaphoreInfo, now: float) -> Entry:
     )  # fmt: skip
 
 
-def _semaphores(target: Any, keys: list[str], now: float) -> Iterable[Entry]:
-    """The semaphores whose holders' keys are ``keys``, read in one round trip."""
-    layouts = [PermitKeys.of(key[: -len(_SEMAPHORE_SUFFIX)]) for key in keys]
-    commands = [command for layout in layouts for command in state_commands(layout)]
-    replies = execute_many(target, commands) if commands else []
-    width = len(commands) // len(layouts) if layouts else 0
-    for index, layout in enumerate(layouts):
-        try:
-            state = state_from(replies[index * width : (index + 1) * width])
-        except RedisError:  # a key of ours of another type: not a semaphore of ours
-            continue
-        info = semaphore_info(layout, state)
-        if info is not None:
-            yield _semaphore_entry(info, now)
+class _Reader:
+    """What a census found on one server, batch by batch (``commands.scan_reading``): the
+    commands each batch of keys needs, then the entries from their replies."""
+
+    def __init__(self, seen: set[str], now: float) -> None:
+        self.seen, self.now = seen, now
+        self.entries: list[Entry] = []
+        self.batch: tuple[list[str], list[PermitKeys]] = ([], [])
+
+    def commands_for(self, found: list[Any]) -> list[Any]:
+        keys = list(map(text, found))
+        leases = [key for key in keys if key.endswith("}") and key not in self.seen]
+        self.seen.update(leases)
+        layouts = [
+            PermitKeys.of(key[: -len(_SEMAPHORE_SUFFIX)])
+            for key in keys
+            if key.endswith("}" + _SEMAPHORE_SUFFIX)
+        ]
+        self.batch = leases, layouts
+        return [
+            *lease_commands(leases),
+            *(command for layout in layouts for command in state_commands(layout)),
+        ]
+
+    def take(self, found: list[Any], replies: list[Any]) -> None:
+        leases, layouts = self.batch
+        split = 3 * len(leases)
+        self.entries.extend(
+            _lock_entry(info, self.now) for info in leases_from(leases, replies[:split])
+        )
+        replies = replies[split:]
+        width = len(replies) // len(layouts) if layouts else 0
+        for index, layout in enumerate(layouts):
+            try:
+                state = state_from(replies[index * width : (index + 1) * width])
+            except RedisError:  # a key of ours of another type: not a semaphore of ours
+                continue
+            info = semaphore_info(layout, state)
+            if info is not None:
+                self.entries.append(_semaphore_entry(info, self.now))
 
 
 def take_census(
@@ -179,28 +205,19 @@ def take_census(
     complete = True
     targets = scan_targets(client)
     for index, target in enumerate(targets):
-        cursor = 0
+        reader = _Reader(seen, now)
         try:
-            while True:
-                cursor, found = execute(
-                    target, "SCAN", cursor, "MATCH", pattern, "COUNT", min(_SCAN_COUNT, max_keys)
-                )
-                scanned += len(found)
-                keys = list(map(text, found))
-                leases = [key for key in keys if key.endswith("}") and key not in seen]
-                seen.update(leases)
-                entries.extend(_lock_entry(info, now) for info in read_leases(target, leases))
-                semaphores = [key for key in keys if key.endswith("}" + _SEMAPHORE_SUFFIX)]
-                entries.extend(_semaphores(target, semaphores, now))
-                if int(cursor) == 0:
-                    break
-                if scanned >= max_keys:
-                    complete = False
-                    break
+            found, complete = scan_reading(
+                target, pattern, count=min(_SCAN_COUNT, max_keys), max_keys=max_keys - scanned,
+                commands_for=reader.commands_for, take=reader.take,
+            )  # fmt: skip
         except RedisError as exc:
             if not isinstance(client, QuorumClient):
                 raise
             unreachable.append(f"{client.aliases[index]}: {exc}")
+            continue
+        scanned += found
+        entries.extend(reader.entries)
         if not complete:
             break
     if unreachable:

@@ -42,6 +42,7 @@ __all__ = [
     "redirected",
     "request_sent",
     "reread_slot_map",
+    "scan_reading",
     "socket_timeout_of",
     "sooner",
 ]
@@ -301,15 +302,47 @@ def execute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
 
     Error replies are returned in place, as exception instances, not raised.
     """
-    replies = []
     with borrowed(client) as connection:
         connection.send_packed_command([b"".join(pack(command) for command in commands)])
-        for _ in commands:
-            try:
-                replies.append(connection.read_response())
-            except ResponseError as error:  # a complete error reply: still in step
-                replies.append(error)
+        return _replies(connection, len(commands))
+
+
+def _replies(connection: Any, count: int) -> list[Any]:
+    replies = []
+    for _ in range(count):
+        try:
+            replies.append(connection.read_response())
+        except ResponseError as error:  # a complete error reply: still in step
+            replies.append(error)
     return replies
+
+
+def scan_reading(
+    client: Any, pattern: str, *, count: int, max_keys: int,
+    commands_for: Callable[[list[Any]], Sequence[Sequence[Any]]],
+    take: Callable[[list[Any], list[Any]], None],
+) -> tuple[int, bool]:  # fmt: skip
+    """``SCAN`` the keys of ``client`` (one server) that match ``pattern``, ``count`` at a
+    time, and read what each batch of keys needs: ``commands_for(keys)``, sent with the next
+    ``SCAN`` in one round trip. ``take(keys, replies)`` runs while the server runs that
+    ``SCAN`` (replies as :func:`execute_many` gives them). Stops after ``max_keys`` keys;
+    returns the keys scanned, and whether the ``SCAN`` went all the way."""
+    scanned = 0
+    with borrowed(client) as connection:
+        connection.send_packed_command([pack(("SCAN", 0, "MATCH", pattern, "COUNT", count))])
+        cursor, keys = connection.read_response()
+        while True:
+            scanned += len(keys)
+            commands = [pack(command) for command in commands_for(keys)]
+            more = int(cursor) != 0 and scanned < max_keys
+            if more:
+                commands.append(pack(("SCAN", cursor, "MATCH", pattern, "COUNT", count)))
+            if commands:
+                connection.send_packed_command([b"".join(commands)])
+            take(keys, _replies(connection, len(commands) - more))
+            if not more:
+                return scanned, int(cursor) == 0
+            cursor, keys = connection.read_response()
 
 
 async def aexecute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:

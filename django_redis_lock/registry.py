@@ -39,6 +39,8 @@ __all__ = [
     "glob_escape",
     "incomplete",
     "iter_locks",
+    "lease_commands",
+    "leases_from",
     "page",
     "read_leases",
     "release_job",
@@ -61,17 +63,24 @@ def glob_escape(text: str) -> str:
 def read_leases(client: Any, keys: list[str]) -> Iterator[LockInfo]:
     """The locks whose lease keys are ``keys`` (found by ``SCAN`` on ``client``, a plain
     client of the server that has them): records, TTLs and queue lengths, in one round trip.
-    Those gone meanwhile are left out. The admin page, the CLI and the gauges read with it."""
-    if not keys:
-        return
-    replies = execute_many(
-        client,
-        [
-            command
-            for key in keys
-            for command in (("GET", key), ("PTTL", key), ("LLEN", LockKeys.of(key).queue))
-        ],
-    )
+    Those gone meanwhile are left out. The admin page and the CLI read with it; the census
+    sends :func:`lease_commands` along with its next ``SCAN`` and reads with
+    :func:`leases_from`."""
+    if keys:
+        yield from leases_from(keys, execute_many(client, lease_commands(keys)))
+
+
+def lease_commands(keys: list[str]) -> list[tuple[str, str]]:
+    """What :func:`leases_from` reads for lease keys ``keys``: three commands a key."""
+    return [
+        command
+        for key in keys
+        for command in (("GET", key), ("PTTL", key), ("LLEN", LockKeys.of(key).queue))
+    ]
+
+
+def leases_from(keys: list[str], replies: list[Any]) -> Iterator[LockInfo]:
+    """The locks of lease keys ``keys``, from the replies to :func:`lease_commands`."""
     for index, key in enumerate(keys):
         value, pttl, queued = replies[3 * index : 3 * index + 3]
         if isinstance(pttl, Exception):

@@ -22,6 +22,7 @@ from django_redis_lock.metrics.prometheus import (
     MultiProcessPrometheusSink,
     PrometheusSink,
 )
+from tests.helpers import wait_until
 
 
 class Counting(BufferedSink):
@@ -106,6 +107,25 @@ def test_a_sink_nobody_reads_keeps_at_most_its_limit():
         sink.held("lock", "import", 0.1)
         assert (n + 1) - len(sink.taken) <= 100  # never more than `limit` waiting
     assert sink.batches == 9  # at the 101st append, the 202nd...
+    sink.settle()
+    assert len(sink.taken) == 1_000
+
+
+def test_an_exporter_slow_to_add_up_does_it_in_a_thread_of_its_own():
+    sink = Counting(limit=100)
+    sink.settle_in_thread = True
+    takers: set[int] = set()
+    take = sink.take
+
+    def noting_taker(events):
+        takers.add(threading.get_ident())
+        take(events)
+
+    sink.take = noting_taker
+    for _ in range(1_000):
+        sink.held("lock", "import", 0.1)
+    wait_until(lambda: len(sink.taken) >= 1_000 - 101, 10, "the appended events added up")
+    assert takers and threading.get_ident() not in takers  # none on the lock's path
     sink.settle()
     assert len(sink.taken) == 1_000
 

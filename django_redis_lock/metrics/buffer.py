@@ -5,8 +5,10 @@ instruments are slow for that path. ``prometheus_client``'s histogram takes two 
 observation (about 1.2 µs), the OpenTelemetry SDK's ``record()`` cleans and hashes its attributes
 each time (about 8 µs). Appending a tuple to a ``deque`` costs about 0.1 µs and takes no lock
 (``append`` and ``popleft`` are atomic). The exporter adds the events up when it is read (a
-scrape, a collection), with :meth:`BufferedSink.settled`. So that a process nobody reads keeps
-no more than ``limit`` events, the append that passes the limit settles them on the spot.
+scrape, a collection), with :meth:`BufferedSink.settled`. So that a process read seldom or
+never keeps no more than about ``limit`` events, the append that passes the limit has them
+added up: on the spot where that is cheap (a short pause, once in ``limit`` events), else in a
+thread of its own (``settle_in_thread``), so that no acquisition waits for it.
 """
 
 from __future__ import annotations
@@ -37,10 +39,12 @@ class BufferedSink:
     up in :meth:`take`, always under one lock, in the order they happened."""
 
     limit = 10_000
+    settle_in_thread = False
 
     def __init__(self) -> None:
         self._pending: deque[Event] = deque()
         self._taking = threading.Lock()
+        self._settler: threading.Thread | None = None
 
     # Every acquisition reports a wait and a hold: those two append inline (a shared helper
     # costs a call more, on the lock's path); the rarer events go through _append.
@@ -48,12 +52,12 @@ class BufferedSink:
     def waited(self, kind: str, group: str, outcome: str, seconds: float) -> None:
         self._pending.append((WAITED, (kind, group, outcome), seconds))
         if len(self._pending) > self.limit:
-            self.settle()
+            self._overflow()
 
     def held(self, kind: str, group: str, seconds: float) -> None:
         self._pending.append((HELD, (kind, group), seconds))
         if len(self._pending) > self.limit:
-            self.settle()
+            self._overflow()
 
     def contended(self, kind: str, group: str) -> None:
         self._append((CONTENDED, (kind, group), 0.0))
@@ -64,7 +68,17 @@ class BufferedSink:
     def _append(self, event: Event) -> None:
         self._pending.append(event)
         if len(self._pending) > self.limit:
+            self._overflow()
+
+    def _overflow(self) -> None:
+        if not self.settle_in_thread:
             self.settle()
+        elif self._settler is None or not self._settler.is_alive():  # else it takes these too
+            # (After a fork, the parent's thread is not alive in the child: one starts there.)
+            self._settler = threading.Thread(
+                target=self.settle, name="lock-metrics-settle", daemon=True
+            )
+            self._settler.start()
 
     def settle(self) -> None:
         """Hand every event appended so far to :meth:`take`."""
