@@ -3,10 +3,11 @@
 Figures about the present (held, waiting) must come from Redis, not from per-process
 counters: under gunicorn or uWSGI each process sees only its own locks, and a process that died
 holding one says nothing (django-prometheus #111). So the scrape-time gauges
-(``metrics/census.py``), the admin's hot-locks view and ``redis_locks stats`` all take a
-*census*: one ``SCAN`` with ``MATCH`` on our namespace, each batch's locks and semaphores read
-with the admin page's readers (``registry.lease_commands``, ``semaphores.state_commands``) in
-the round trip of the next ``SCAN`` (``commands.scan_reading``), and a cap on the keys looked at, so that a scrape stays short on a
+(``metrics/prometheus.py``, ``metrics/opentelemetry.py``), the admin's pages and
+``redis_locks stats`` all take a *census*: one ``SCAN`` with ``MATCH`` on our namespace, each
+batch's locks and semaphores read with the admin page's readers (``registry.lease_commands``,
+``semaphores.state_commands``) in the round trip of the next ``SCAN``
+(``commands.scan_reading``), and a cap on the keys looked at, so that a scrape stays short on a
 Redis with millions of keys (a census cut short says so: ``complete`` is False).
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
