@@ -323,23 +323,28 @@ def scan_reading(
     take: Callable[[list[Any], list[Any]], None],
 ) -> tuple[int, bool]:  # fmt: skip
     """``SCAN`` the keys of ``client`` (one server) that match ``pattern``, ``count`` at a
-    time, and read what each batch of keys needs: ``commands_for(keys)``, sent with the next
-    ``SCAN`` in one round trip. ``take(keys, replies)`` runs while the server runs that
-    ``SCAN`` (replies as :func:`execute_many` gives them). Stops after ``max_keys`` keys;
-    returns the keys scanned, and whether the ``SCAN`` went all the way."""
+    time, and read what each batch of keys needs: ``commands_for(keys)``, in one round trip.
+    Then the next ``SCAN`` is sent, and ``take(keys, replies)`` (replies as :func:`execute_many`
+    gives them) runs while the server runs it. (Not in the same round trip as the reads: Redis
+    sends a pipeline's replies together, when it has run them all.) Stops after ``max_keys``
+    keys; returns the keys scanned, and whether the ``SCAN`` went all the way."""
     scanned = 0
     with borrowed(client) as connection:
         connection.send_packed_command([pack(("SCAN", 0, "MATCH", pattern, "COUNT", count))])
         cursor, keys = connection.read_response()
         while True:
             scanned += len(keys)
-            commands = [pack(command) for command in commands_for(keys)]
+            commands = commands_for(keys)
+            replies = []
+            if commands:
+                connection.send_packed_command([b"".join(pack(command) for command in commands)])
+                replies = _replies(connection, len(commands))
             more = int(cursor) != 0 and scanned < max_keys
             if more:
-                commands.append(pack(("SCAN", cursor, "MATCH", pattern, "COUNT", count)))
-            if commands:
-                connection.send_packed_command([b"".join(commands)])
-            take(keys, _replies(connection, len(commands) - more))
+                connection.send_packed_command(
+                    [pack(("SCAN", cursor, "MATCH", pattern, "COUNT", count))]
+                )
+            take(keys, replies)
             if not more:
                 return scanned, int(cursor) == 0
             cursor, keys = connection.read_response()
