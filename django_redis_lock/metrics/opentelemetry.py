@@ -72,16 +72,16 @@ class OpenTelemetrySink(BufferedSink):
             meter.create_observable_counter(
                 name, callbacks=[self._observer(what)], description=description
             )
-        self._attributes: dict[tuple[str, ...], dict[str, str]] = {}
+        self._attributes: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
 
     def _of(self, labels: tuple[str, ...], extra: str = "") -> dict[str, str]:
         """The attributes of a label set, made once (and never mutated: the SDK keeps them)."""
-        attributes = self._attributes.get(labels)
+        attributes = self._attributes.get((extra, labels))
         if attributes is None:
             attributes = {"kind": labels[0], "group": labels[1]}
             if extra:
                 attributes[extra] = labels[2]
-            self._attributes[labels] = attributes
+            self._attributes[extra, labels] = attributes
         return attributes
 
     def take(self, events: list[Event]) -> None:
