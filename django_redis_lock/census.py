@@ -7,7 +7,7 @@ holding one says nothing (django-prometheus #111). So the scrape-time gauges
 ``redis_locks stats`` all take a *census*: one ``SCAN`` with ``MATCH`` on our namespace, each
 batch's locks and semaphores read with the admin page's readers (``registry.lease_commands``,
 ``semaphores.state_commands``) in the round trip of the next ``SCAN``
-(``commands.scan_reading``), and a cap on the keys looked at, so that a scrape stays short on a
+(``scanning.scan_reading``), and a cap on the keys looked at, so that a scrape stays short on a
 Redis with millions of keys (a census cut short says so: ``complete`` is False).
 """
 
@@ -21,7 +21,6 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from .commands import scan_reading
 from .conf import lock_settings
 from .connection import lock_client
 from .core.permits import PermitKeys
@@ -30,6 +29,7 @@ from .metrics.labels import MAX_GROUPS, OTHER
 from .quorum import QuorumClient
 from .records import LockInfo, text
 from .registry import glob_escape, incomplete, lease_commands, leases_from, scan_targets
+from .scanning import scan_reading
 from .semaphore_registry import SemaphoreInfo, semaphore_info
 from .semaphores import state_commands, state_from
 
@@ -143,7 +143,7 @@ def _semaphore_entry(info: SemaphoreInfo, now: float) -> Entry:
 
 
 class _Reader:
-    """What a census found on one server, batch by batch (``commands.scan_reading``): the
+    """What a census found on one server, batch by batch (``scanning.scan_reading``): the
     commands each batch of keys needs, then the entries from their replies."""
 
     def __init__(self, seen: set[str], now: float) -> None:

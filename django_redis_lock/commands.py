@@ -34,6 +34,7 @@ __all__ = [
     "execute",
     "execute_acknowledged",
     "execute_many",
+    "execute_many_on",
     "execute_on_cluster",
     "follow_sentinel",
     "no_reply",
@@ -42,7 +43,6 @@ __all__ = [
     "redirected",
     "request_sent",
     "reread_slot_map",
-    "scan_reading",
     "socket_timeout_of",
     "sooner",
 ]
@@ -303,51 +303,20 @@ def execute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
     Error replies are returned in place, as exception instances, not raised.
     """
     with borrowed(client) as connection:
-        connection.send_packed_command([b"".join(pack(command) for command in commands)])
-        return _replies(connection, len(commands))
+        return execute_many_on(connection, commands)
 
 
-def _replies(connection: Any, count: int) -> list[Any]:
+def execute_many_on(connection: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """:func:`execute_many` on a connection already borrowed (:class:`borrowed`), for a caller
+    that sends more on it afterwards."""
+    connection.send_packed_command([b"".join(pack(command) for command in commands)])
     replies = []
-    for _ in range(count):
+    for _ in commands:
         try:
             replies.append(connection.read_response())
         except ResponseError as error:  # a complete error reply: still in step
             replies.append(error)
     return replies
-
-
-def scan_reading(
-    client: Any, pattern: str, *, count: int, max_keys: int,
-    commands_for: Callable[[list[Any]], Sequence[Sequence[Any]]],
-    take: Callable[[list[Any], list[Any]], None],
-) -> tuple[int, bool]:  # fmt: skip
-    """``SCAN`` the keys of ``client`` (one server) that match ``pattern``, ``count`` at a
-    time, and read what each batch of keys needs: ``commands_for(keys)``, in one round trip.
-    Then the next ``SCAN`` is sent, and ``take(keys, replies)`` (replies as :func:`execute_many`
-    gives them) runs while the server runs it. (Not in the same round trip as the reads: Redis
-    sends a pipeline's replies together, when it has run them all.) Stops after ``max_keys``
-    keys; returns the keys scanned, and whether the ``SCAN`` went all the way."""
-    scanned = 0
-    with borrowed(client) as connection:
-        connection.send_packed_command([pack(("SCAN", 0, "MATCH", pattern, "COUNT", count))])
-        cursor, keys = connection.read_response()
-        while True:
-            scanned += len(keys)
-            commands = commands_for(keys)
-            replies = []
-            if commands:
-                connection.send_packed_command([b"".join(pack(command) for command in commands)])
-                replies = _replies(connection, len(commands))
-            more = int(cursor) != 0 and scanned < max_keys
-            if more:
-                connection.send_packed_command(
-                    [pack(("SCAN", cursor, "MATCH", pattern, "COUNT", count))]
-                )
-            take(keys, replies)
-            if not more:
-                return scanned, int(cursor) == 0
-            cursor, keys = connection.read_response()
 
 
 async def aexecute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
