@@ -20,7 +20,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TypeAlias
 
-__all__ = ["CONTENDED", "HELD", "LOST", "WAITED", "BufferedSink", "Event"]
+from .hub import TIMED_OUT
+
+__all__ = ["CONTENDED", "HELD", "LOST", "TIMED_OUT", "WAITED", "BufferedSink", "Event"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -35,8 +37,10 @@ Event: TypeAlias = tuple[str, tuple[str, ...], float]
 
 
 class BufferedSink:
-    """A :class:`~django_redis_lock.metrics.hub.Sink` that appends; subclasses add the events
-    up in :meth:`take`, always under one lock, in the order they happened."""
+    """A :class:`~django_redis_lock.metrics.hub.Sink` that appends. :meth:`take` adds the
+    events up, always under one lock, in the order they happened: the counters here, in
+    ``counts`` (``CONTENDED``, ``TIMED_OUT``, ``LOST`` -> label values -> count), each wait and
+    hold through the exporter's :meth:`observe`."""
 
     limit = 10_000
     settle_in_thread = False
@@ -45,6 +49,9 @@ class BufferedSink:
         self._pending: deque[Event] = deque()
         self._taking = threading.Lock()
         self._settler: threading.Thread | None = None
+        self.counts: dict[str, dict[tuple[str, ...], int]] = {
+            CONTENDED: {}, TIMED_OUT: {}, LOST: {}
+        }  # fmt: skip
 
     # Every acquisition reports a wait and a hold: those two append inline (a shared helper
     # costs a call more, on the lock's path); the rarer events go through _append.
@@ -102,4 +109,18 @@ class BufferedSink:
             yield
 
     def take(self, events: list[Event]) -> None:
+        for what, labels, seconds in events:
+            if what in (WAITED, HELD):
+                self.observe(what, labels, seconds)
+                if what == WAITED and labels[2] == TIMED_OUT:
+                    self._count(TIMED_OUT, labels[:2])
+            else:
+                self._count(what, labels)
+
+    def _count(self, what: str, labels: tuple[str, ...]) -> None:
+        counts = self.counts[what]
+        counts[labels] = counts.get(labels, 0) + 1
+
+    def observe(self, what: str, labels: tuple[str, ...], seconds: float) -> None:
+        """A wait's (``WAITED``) or a hold's (``HELD``) duration, into the histogram."""
         raise NotImplementedError

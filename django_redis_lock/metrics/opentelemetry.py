@@ -31,8 +31,7 @@ from typing import Any
 from opentelemetry import metrics
 
 from ..census import DEFAULT_MAX_KEYS, Census, take_census
-from .buffer import CONTENDED, HELD, LOST, WAITED, BufferedSink, Event
-from .hub import TIMED_OUT
+from .buffer import CONTENDED, LOST, TIMED_OUT, WAITED, BufferedSink
 
 __all__ = ["OpenTelemetrySink", "default_sink", "observe_census"]
 
@@ -57,9 +56,6 @@ class OpenTelemetrySink(BufferedSink):
         self.hold = meter.create_histogram(
             "redis_lock.hold.duration", unit="s", description="Time a lock was held."
         )
-        self.counts: dict[str, dict[tuple[str, ...], int]] = {
-            CONTENDED: {}, TIMED_OUT: {}, LOST: {}
-        }  # fmt: skip
         counters = {
             CONTENDED: (
                 "redis_lock.contended",
@@ -84,20 +80,11 @@ class OpenTelemetrySink(BufferedSink):
             self._attributes[extra, labels] = attributes
         return attributes
 
-    def take(self, events: list[Event]) -> None:
-        for what, labels, seconds in events:
-            if what == WAITED:
-                self.wait.record(seconds, self._of(labels, "outcome"))
-                if labels[2] == TIMED_OUT:
-                    self._count(TIMED_OUT, labels[:2])
-            elif what == HELD:
-                self.hold.record(seconds, self._of(labels))
-            else:
-                self._count(what, labels)
-
-    def _count(self, what: str, labels: tuple[str, ...]) -> None:
-        counts = self.counts[what]
-        counts[labels] = counts.get(labels, 0) + 1
+    def observe(self, what: str, labels: tuple[str, ...], seconds: float) -> None:
+        if what == WAITED:
+            self.wait.record(seconds, self._of(labels, "outcome"))
+        else:
+            self.hold.record(seconds, self._of(labels))
 
     def _observer(self, what: str) -> Callable[[Any], Iterable[metrics.Observation]]:
         extra = "reason" if what == LOST else ""

@@ -41,8 +41,7 @@ from prometheus_client.utils import floatToGoString
 from redis.exceptions import RedisError
 
 from ..census import DEFAULT_MAX_KEYS, take_census
-from .buffer import CONTENDED, HELD, LOST, WAITED, BufferedSink, Event
-from .hub import TIMED_OUT
+from .buffer import CONTENDED, LOST, TIMED_OUT, WAITED, BufferedSink
 
 __all__ = [
     "HOLD_BUCKETS",
@@ -85,26 +84,14 @@ class PrometheusSink(BufferedSink):
         super().__init__()
         self.waits: dict[tuple[str, ...], HistogramTally] = {}  # by label values
         self.holds: dict[tuple[str, ...], HistogramTally] = {}
-        self.counts: dict[str, dict[tuple[str, ...], int]] = {
-            CONTENDED: {}, TIMED_OUT: {}, LOST: {}
-        }  # fmt: skip
         if registry is not None:
             registry.register(self)
 
-    def take(self, events: list[Event]) -> None:
-        for what, labels, seconds in events:
-            if what == WAITED:
-                HistogramTally.of(self.waits, labels, WAIT_BUCKETS).observe(seconds)
-                if labels[2] == TIMED_OUT:
-                    self._count(TIMED_OUT, labels[:2])
-            elif what == HELD:
-                HistogramTally.of(self.holds, labels, HOLD_BUCKETS).observe(seconds)
-            else:
-                self._count(what, labels)
-
-    def _count(self, what: str, labels: tuple[str, ...]) -> None:
-        counts = self.counts[what]
-        counts[labels] = counts.get(labels, 0) + 1
+    def observe(self, what: str, labels: tuple[str, ...], seconds: float) -> None:
+        if what == WAITED:
+            HistogramTally.of(self.waits, labels, WAIT_BUCKETS).observe(seconds)
+        else:
+            HistogramTally.of(self.holds, labels, HOLD_BUCKETS).observe(seconds)
 
     def describe(self) -> Iterator[Metric]:
         return iter(self._families())
