@@ -39,8 +39,10 @@ def run(key: str, seconds: float, task_id: str, retries: int = 0) -> str:
     """One run of the task ``task_id`` under ``key``; returns ``key``."""
     client = evidence()
     record = {"id": task_id, "pid": os.getpid(), "retries": retries}
-    client.rpush(f"events:{key}", json.dumps({"event": "start", "at": time.time(), **record}))
-    client.incr(f"runs:{key}")
+    # One transaction: a test that kills the process once it sees "start" finds the run
+    # counted too (two commands in turn could be cut between them).
+    start = json.dumps({"event": "start", "at": time.time(), **record})
+    client.pipeline().rpush(f"events:{key}", start).incr(f"runs:{key}").execute()
     # Who else is inside: added and read in one transaction, so that of two runs starting at
     # once, the second sees the first. A process killed inside stays listed, but is not alive.
     _, inside = (
