@@ -5,16 +5,19 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import threading
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from prometheus_client import CollectorRegistry, values
+from prometheus_client import CollectorRegistry, Counter, Histogram, values
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from django_redis_lock import Lock
 from django_redis_lock.metrics import hub
 from django_redis_lock.metrics.buffer import BufferedSink
+from django_redis_lock.metrics.histograms import CONTENTION, HOLD, LOSSES, TIMEOUTS, WAIT
 from django_redis_lock.metrics.opentelemetry import OpenTelemetrySink
 from django_redis_lock.metrics.prometheus import (
     HOLD_BUCKETS,
@@ -22,6 +25,7 @@ from django_redis_lock.metrics.prometheus import (
     MultiProcessPrometheusSink,
     PrometheusSink,
 )
+from tests import workers
 from tests.helpers import wait_until
 
 
@@ -35,6 +39,30 @@ class Counting(BufferedSink):
     def take(self, events):
         self.batches += 1
         self.taken.extend(events)
+
+
+class Theirs:
+    """prometheus_client's own instruments, one per event: what the sinks must equal."""
+
+    def __init__(self, registry) -> None:
+        self.wait = Histogram(*WAIT, buckets=WAIT_BUCKETS, registry=registry)
+        self.hold = Histogram(*HOLD, buckets=HOLD_BUCKETS, registry=registry)
+        self.counters = [Counter(*spec, registry=registry) for spec in (CONTENTION, TIMEOUTS)]
+        self.losses = Counter(*LOSSES, registry=registry)
+
+    def waited(self, kind, group, outcome, seconds):
+        self.wait.labels(kind, group, outcome).observe(seconds)
+        if outcome == "timed_out":
+            self.counters[1].labels(kind, group).inc()
+
+    def held(self, kind, group, seconds):
+        self.hold.labels(kind, group).observe(seconds)
+
+    def contended(self, kind, group):
+        self.counters[0].labels(kind, group).inc()
+
+    def lost(self, kind, group, reason):
+        self.losses.labels(kind, group, reason).inc()
 
 
 def feed(sink, waits, holds) -> None:
@@ -55,16 +83,20 @@ def samples(registry) -> dict[tuple, float]:
     }
 
 
+# Bounds themselves (a value equal to a bucket's bound falls in it), values between them, past
+# the last, and zero.
+WAITS = [(bound, "acquired") for bound in WAIT_BUCKETS]
+WAITS += [(bound * 1.5, "acquired") for bound in WAIT_BUCKETS] + [(0.0, "acquired")]
+WAITS += [(600.0, "timed_out"), (0.2, "error")]
+HOLDS = [*HOLD_BUCKETS, 0.0, 0.003, 7200.0]
+
+
 def test_prometheus_sink_gives_what_prometheus_clients_instruments_give():
-    """Bounds themselves (a value equal to a bucket's bound falls in it), values between them,
-    past the last, and zero: the same buckets, counts and sums, sample for sample."""
-    waits = [(bound, "acquired") for bound in WAIT_BUCKETS]
-    waits += [(bound * 1.5, "acquired") for bound in WAIT_BUCKETS] + [(0.0, "acquired")]
-    waits += [(600.0, "timed_out"), (0.2, "error")]
-    holds = [*HOLD_BUCKETS, 0.0, 0.003, 7200.0]
+    """The same buckets, counts and sums, sample for sample."""
+    waits, holds = WAITS, HOLDS
     ours, theirs = CollectorRegistry(), CollectorRegistry()
     feed(PrometheusSink(registry=ours), waits, holds)
-    feed(MultiProcessPrometheusSink(registry=theirs), waits, holds)  # plain ones, in one process
+    feed(Theirs(theirs), waits, holds)
     expected = samples(theirs)
     assert samples(ours) == expected
     assert expected[("redis_lock_timeouts_total", (("group", "import"), ("kind", "lock")))] == 1
@@ -186,3 +218,72 @@ def test_the_sink_for_prometheus_multi_process_mode_is_chosen_as_prometheus_clie
     monkeypatch.setattr(values, "ValueClass", values.MultiProcessValue())
     with pytest.raises(ValueError, match="MultiProcessPrometheusSink"):
         PrometheusSink(registry=None)
+
+
+def read_files(directory) -> dict[tuple, float]:
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(directory))
+    return samples(registry)
+
+
+def multi_process_mode(monkeypatch, directory) -> None:
+    """prometheus_client as it is when PROMETHEUS_MULTIPROC_DIR=directory at its import (each
+    call a new set of files)."""
+    directory.mkdir()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(directory))
+    monkeypatch.setattr(values, "ValueClass", values.MultiProcessValue())
+
+
+def test_in_multi_process_mode_the_files_read_as_prometheus_clients_own(monkeypatch, tmp_path):
+    """The sink writes counts per bucket, not an observation per event: what
+    MultiProcessCollector reads back equals what prometheus_client's Histogram and Counter
+    write, sample for sample."""
+    multi_process_mode(monkeypatch, tmp_path / "ours")
+    sink = MultiProcessPrometheusSink(every=3600)
+    try:
+        feed(sink, WAITS, HOLDS)
+        sink.settle()
+        feed(sink, WAITS[:3], HOLDS[:2])  # a second write adds to the first
+    finally:
+        sink.close()  # and writes what is pending
+    multi_process_mode(monkeypatch, tmp_path / "theirs")
+    theirs = Theirs(registry=None)
+    feed(theirs, WAITS, HOLDS)
+    feed(theirs, WAITS[:3], HOLDS[:2])
+    expected = read_files(tmp_path / "theirs")
+    # Sums added in another order may differ in their last bit; the rest exactly.
+    assert read_files(tmp_path / "ours") == pytest.approx(expected, rel=1e-12, abs=0)
+    labels = (("group", "import"), ("kind", "lock"), ("outcome", "acquired"))
+    assert expected[("redis_lock_wait_seconds_count", labels)] == len(WAITS) - 2 + 3
+    assert expected[("redis_lock_contended_total", (("group", "import"), ("kind", "lock")))] == 2
+
+
+def test_in_multi_process_mode_a_timer_writes_the_events_with_no_read(monkeypatch, tmp_path):
+    multi_process_mode(monkeypatch, tmp_path / "files")
+    sink = MultiProcessPrometheusSink(every=0.05)
+    key = ("redis_lock_hold_seconds_count", (("group", "import"), ("kind", "lock")))
+    try:
+        for _ in range(10):
+            sink.held("lock", "import", 0.1)
+        wait_until(lambda: read_files(tmp_path / "files").get(key) == 10, 10, "the timer's write")
+    finally:
+        sink.close()
+    with pytest.raises(ValueError, match="positive"):
+        sink.start_settling(0)
+
+
+def test_in_multi_process_mode_a_forked_child_counts_its_own_events_once(tmp_path, monkeypatch):
+    """A sink made before a fork (a server's preloaded app): the child writes its events, not
+    its parent's pending ones again; the parent writes its own."""
+    directory = tmp_path / "files"
+    directory.mkdir()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(directory))  # read at import, there
+    spawn = multiprocessing.get_context("spawn")
+    with spawn.Pool(1) as pool:
+        child_exit = pool.apply(workers.forked_metrics, (str(directory),))
+    assert child_exit == 0
+    figures = read_files(directory)
+    holds = ("redis_lock_hold_seconds_count", (("group", "import"), ("kind", "lock")))
+    assert figures[holds] == 5 + 3  # the parent's 5, the child's 3
+    waits = ("redis_lock_wait_seconds_count", (("group", "import"), ("kind", "lock")))
+    assert figures[(waits[0], (*waits[1], ("outcome", "acquired")))] == 2  # the child's 2

@@ -147,3 +147,29 @@ def metered_locks(redis_url: str, multiproc_dir: str, name: str, rounds: int) ->
     with Lock(name):
         assert not Lock(name).acquire(wait=0)
     return rounds
+
+
+def forked_metrics(multiproc_dir: str) -> int:
+    """In multi-process mode (files in ``multiproc_dir``): a sink with 5 holds pending forks; the
+    child reports 2 waits and 3 holds, and writes them. Returns the child's exit code."""
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == multiproc_dir  # inherited from the test
+    from django_redis_lock.metrics.prometheus_files import MultiProcessPrometheusSink
+
+    sink = MultiProcessPrometheusSink(every=3600)  # its timer does not write in this test
+    for _ in range(5):
+        sink.held("lock", "import", 0.1)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            for _ in range(2):
+                sink.waited("lock", "import", "acquired", 0.01)
+            for _ in range(3):
+                sink.held("lock", "import", 0.1)
+            sink.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    sink.close()
+    return os.waitstatus_to_exitcode(status)

@@ -8,13 +8,18 @@ each time (about 8 µs). Appending a tuple to a ``deque`` costs about 0.1 µs an
 scrape, a collection), with :meth:`BufferedSink.settled`. So that a process read seldom or
 never keeps no more than about ``limit`` events, the append that passes the limit has them
 added up: on the spot where that is cheap (a short pause, once in ``limit`` events), else in a
-thread of its own (``settle_in_thread``), so that no acquisition waits for it.
+thread of its own (``settle_in_thread``), so that no acquisition waits for it. An exporter
+read from another process (files that a scrape sums) adds its events up on a timer of its own
+instead (:meth:`BufferedSink.start_settling`).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,6 +54,8 @@ class BufferedSink:
         self._pending: deque[Event] = deque()
         self._taking = threading.Lock()
         self._settler: threading.Thread | None = None
+        self._every = 0.0  # start_settling's
+        self._stop: threading.Event | None = None
         self.counts: dict[str, dict[tuple[str, ...], int]] = {
             CONTENDED: {}, TIMED_OUT: {}, LOST: {}
         }  # fmt: skip
@@ -108,6 +115,36 @@ class BufferedSink:
                     logger.exception("Lock metrics: %d events dropped", len(batch))
             yield
 
+    def start_settling(self, every: float) -> None:
+        """From now on, settle every ``every`` seconds in a thread of this sink's, and once more
+        when the process exits normally; in a process forked from this one too, where the
+        parent's events are dropped (the parent adds them up). Stopped by :meth:`close`."""
+        if every <= 0:
+            raise ValueError(f"every must be a positive number of seconds, not {every!r}")
+        self.close()
+        self._every, stop = every, threading.Event()
+        self._stop = stop
+        threading.Thread(
+            target=_settle_every, args=(weakref.ref(self), every, stop),
+            name="lock-metrics-timer", daemon=True,
+        ).start()  # fmt: skip
+        _install_process_hooks()
+        _timed.add(self)
+
+    def close(self) -> None:
+        """Stop the timer of :meth:`start_settling`, if any, and settle."""
+        if self._stop is not None:
+            self._stop.set()
+            _timed.discard(self)
+            self._stop = None
+        self.settle()
+
+    def forked(self) -> None:
+        """In a child process, just after the fork: the events so far are the parent's."""
+        self._taking = threading.Lock()  # a thread of the parent's may have held it
+        self._pending.clear()
+        self.start_settling(self._every)
+
     def take(self, events: list[Event]) -> None:
         for what, labels, seconds in events:
             if what in (WAITED, HELD):
@@ -124,3 +161,55 @@ class BufferedSink:
     def observe(self, what: str, labels: tuple[str, ...], seconds: float) -> None:
         """A wait's (``WAITED``) or a hold's (``HELD``) duration, into the histogram."""
         raise NotImplementedError
+
+
+def _settle_every(
+    sink_ref: weakref.ref[BufferedSink], every: float, stop: threading.Event
+) -> None:
+    # A weak reference: a sink nobody uses any more is collected, and its thread ends.
+    while not stop.wait(every):
+        sink = sink_ref()
+        if sink is None:
+            return
+        sink.settle()
+        del sink
+
+
+# The sinks with a timer (start_settling), for the process hooks below.
+_timed: weakref.WeakSet[BufferedSink] = weakref.WeakSet()
+_held_at_fork: list[BufferedSink] = []
+_hooks_installed = False
+
+
+def _install_process_hooks() -> None:
+    global _hooks_installed
+    if not _hooks_installed:
+        _hooks_installed = True
+        atexit.register(_at_exit)
+        os.register_at_fork(
+            before=_before_fork, after_in_parent=_after_fork_in_parent,
+            after_in_child=_after_fork_in_child,
+        )  # fmt: skip
+
+
+def _at_exit() -> None:
+    for sink in list(_timed):
+        sink.settle()
+
+
+def _before_fork() -> None:
+    # No fork while a timer settles: its exporter's own locks, held then, would stay held in the
+    # child for ever. (A timeout, in case the forking thread is the one settling.)
+    _held_at_fork[:] = [sink for sink in list(_timed) if sink._taking.acquire(timeout=1.0)]
+
+
+def _after_fork_in_parent() -> None:
+    for sink in _held_at_fork:
+        sink._taking.release()
+    _held_at_fork.clear()
+
+
+def _after_fork_in_child() -> None:
+    _held_at_fork.clear()
+    for sink in list(_timed):
+        sink.forked()

@@ -16,8 +16,8 @@ process, including those of a process that died:
 
 In one process (:class:`PrometheusSink`), an event is an append on the lock's path, added up
 when scraped (``buffer.py``). Under a multi-process server (gunicorn, uWSGI), set
-``PROMETHEUS_MULTIPROC_DIR`` as ``prometheus_client`` documents: the exporter then uses its own
-histograms and counters (:class:`MultiProcessPrometheusSink`), which its
+``PROMETHEUS_MULTIPROC_DIR`` as ``prometheus_client`` documents: the exporter then writes to
+its files each second (:class:`MultiProcessPrometheusSink`, ``prometheus_files.py``), which its
 ``MultiProcessCollector`` sums over the processes; add a :class:`CensusCollector` to the
 registry the scrape view serves (docs/metrics.md).
 """
@@ -25,12 +25,11 @@ registry the scrape view serves (docs/metrics.md).
 from __future__ import annotations
 
 import logging
-from bisect import bisect_left
 from collections.abc import Iterator
 from itertools import accumulate
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Histogram, values
+from prometheus_client import REGISTRY, values
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -41,7 +40,19 @@ from prometheus_client.utils import floatToGoString
 from redis.exceptions import RedisError
 
 from ..census import DEFAULT_MAX_KEYS, take_census
-from .buffer import CONTENDED, LOST, TIMED_OUT, WAITED, BufferedSink
+from .buffer import CONTENDED, LOST, TIMED_OUT
+from .histograms import (
+    CONTENTION,
+    HOLD,
+    HOLD_BUCKETS,
+    LOSSES,
+    TIMEOUTS,
+    WAIT,
+    WAIT_BUCKETS,
+    HistogramTally,
+    TallyingSink,
+)
+from .prometheus_files import MultiProcessPrometheusSink
 
 __all__ = [
     "HOLD_BUCKETS",
@@ -55,20 +66,8 @@ __all__ = [
 
 logger = logging.getLogger("django_redis_lock")
 
-# Seconds: a lock's wait is from a millisecond (a handoff) to its longest wait.
-WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 
-# Each instrument's name, help and labels, for both sinks.
-_LABELS = ("kind", "group")
-WAIT = ("redis_lock_wait_seconds", "Time to acquire a lock, by outcome.", (*_LABELS, "outcome"))
-HOLD = ("redis_lock_hold_seconds", "Time a lock was held, to its release.", _LABELS)
-CONTENTION = ("redis_lock_contended", "Acquisitions that found the lock held and waited.", _LABELS)
-TIMEOUTS = ("redis_lock_timeouts", "Waits for a lock that ran out.", _LABELS)
-LOSSES = ("redis_lock_lost", "Leases lost while held, by reason.", (*_LABELS, "reason"))
-
-
-class PrometheusSink(BufferedSink):
+class PrometheusSink(TallyingSink):
     """The instruments of one process, added up when scraped (``buffer.py``): a collector,
     registered in ``registry`` (by default ``prometheus_client``'s). For a server of one process
     per registry; under ``PROMETHEUS_MULTIPROC_DIR``, :class:`MultiProcessPrometheusSink`."""
@@ -82,16 +81,8 @@ class PrometheusSink(BufferedSink):
                 "reads its files, not this process; use MultiProcessPrometheusSink."
             )
         super().__init__()
-        self.waits: dict[tuple[str, ...], HistogramTally] = {}  # by label values
-        self.holds: dict[tuple[str, ...], HistogramTally] = {}
         if registry is not None:
             registry.register(self)
-
-    def observe(self, what: str, labels: tuple[str, ...], seconds: float) -> None:
-        if what == WAITED:
-            HistogramTally.of(self.waits, labels, WAIT_BUCKETS).observe(seconds)
-        else:
-            HistogramTally.of(self.holds, labels, HOLD_BUCKETS).observe(seconds)
 
     def describe(self) -> Iterator[Metric]:
         return iter(self._families())
@@ -123,69 +114,6 @@ class PrometheusSink(BufferedSink):
             histogram(*WAIT), histogram(*HOLD),
             counter(*CONTENTION), counter(*TIMEOUTS), counter(*LOSSES),
         )  # fmt: skip
-
-
-class HistogramTally:
-    """One label set's histogram: how many fell in each bucket (not cumulative; ``+Inf``
-    last), and their sum."""
-
-    __slots__ = ("bounds", "counts", "total")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.total = 0.0
-
-    @classmethod
-    def of(
-        cls, tallies: dict[tuple[str, ...], HistogramTally], labels: tuple[str, ...],
-        bounds: tuple[float, ...],
-    ) -> HistogramTally:  # fmt: skip
-        tally = tallies.get(labels)
-        if tally is None:
-            tally = tallies[labels] = cls(bounds)
-        return tally
-
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(self.bounds, seconds)] += 1  # the first bound >= seconds
-        self.total += seconds
-
-
-class MultiProcessPrometheusSink:
-    """The instruments as ``prometheus_client``'s own ``Histogram`` and ``Counter``, which, under
-    ``PROMETHEUS_MULTIPROC_DIR``, write to the files its ``MultiProcessCollector`` sums. Each
-    event costs their locks (about 1.2 µs an observation) on the lock's path."""
-
-    def __init__(self, registry: Any = REGISTRY) -> None:
-        self.wait = Histogram(*WAIT, buckets=WAIT_BUCKETS, registry=registry)
-        self.hold = Histogram(*HOLD, buckets=HOLD_BUCKETS, registry=registry)
-        self.contention = Counter(*CONTENTION, registry=registry)
-        self.timeouts = Counter(*TIMEOUTS, registry=registry)
-        self.losses = Counter(*LOSSES, registry=registry)
-
-        # Each label set's child, found once: labels() checks and locks on every call.
-        self._children: dict[tuple[Any, ...], Any] = {}
-
-    def _child(self, metric: Any, *labels: str) -> Any:
-        key = (id(metric), *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
-
-    def waited(self, kind: str, group: str, outcome: str, seconds: float) -> None:
-        self._child(self.wait, kind, group, outcome).observe(seconds)
-        if outcome == TIMED_OUT:
-            self._child(self.timeouts, kind, group).inc()
-
-    def held(self, kind: str, group: str, seconds: float) -> None:
-        self._child(self.hold, kind, group).observe(seconds)
-
-    def contended(self, kind: str, group: str) -> None:
-        self._child(self.contention, kind, group).inc()
-
-    def lost(self, kind: str, group: str, reason: str) -> None:
-        self._child(self.losses, kind, group, reason).inc()
 
 
 class CensusCollector:
