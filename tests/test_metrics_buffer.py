@@ -11,22 +11,16 @@ import threading
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from prometheus_client import CollectorRegistry, Counter, Histogram, values
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client import CollectorRegistry, values
 
 from django_redis_lock import Lock
 from django_redis_lock.metrics import hub
 from django_redis_lock.metrics.buffer import BufferedSink
-from django_redis_lock.metrics.histograms import CONTENTION, HOLD, LOSSES, TIMEOUTS, WAIT
 from django_redis_lock.metrics.opentelemetry import OpenTelemetrySink
-from django_redis_lock.metrics.prometheus import (
-    HOLD_BUCKETS,
-    WAIT_BUCKETS,
-    MultiProcessPrometheusSink,
-    PrometheusSink,
-)
+from django_redis_lock.metrics.prometheus import WAIT_BUCKETS, PrometheusSink
 from tests import workers
 from tests.helpers import wait_until
+from tests.prometheus_events import HOLD_COUNT, HOLDS, WAITS, Theirs, feed, read_files, samples
 
 
 class Counting(BufferedSink):
@@ -39,56 +33,6 @@ class Counting(BufferedSink):
     def take(self, events):
         self.batches += 1
         self.taken.extend(events)
-
-
-class Theirs:
-    """prometheus_client's own instruments, one per event: what the sinks must equal."""
-
-    def __init__(self, registry) -> None:
-        self.wait = Histogram(*WAIT, buckets=WAIT_BUCKETS, registry=registry)
-        self.hold = Histogram(*HOLD, buckets=HOLD_BUCKETS, registry=registry)
-        self.counters = [Counter(*spec, registry=registry) for spec in (CONTENTION, TIMEOUTS)]
-        self.losses = Counter(*LOSSES, registry=registry)
-
-    def waited(self, kind, group, outcome, seconds):
-        self.wait.labels(kind, group, outcome).observe(seconds)
-        if outcome == "timed_out":
-            self.counters[1].labels(kind, group).inc()
-
-    def held(self, kind, group, seconds):
-        self.hold.labels(kind, group).observe(seconds)
-
-    def contended(self, kind, group):
-        self.counters[0].labels(kind, group).inc()
-
-    def lost(self, kind, group, reason):
-        self.losses.labels(kind, group, reason).inc()
-
-
-def feed(sink, waits, holds) -> None:
-    for seconds, outcome in waits:
-        sink.waited("lock", "import", outcome, seconds)
-    for seconds in holds:
-        sink.held("lock", "import", seconds)
-    sink.contended("lock", "import")
-    sink.lost("semaphore", "renders", "expired")
-
-
-def samples(registry) -> dict[tuple, float]:
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for metric in registry.collect()
-        for sample in metric.samples
-        if not sample.name.endswith("_created")
-    }
-
-
-# Bounds themselves (a value equal to a bucket's bound falls in it), values between them, past
-# the last, and zero.
-WAITS = [(bound, "acquired") for bound in WAIT_BUCKETS]
-WAITS += [(bound * 1.5, "acquired") for bound in WAIT_BUCKETS] + [(0.0, "acquired")]
-WAITS += [(600.0, "timed_out"), (0.2, "error")]
-HOLDS = [*HOLD_BUCKETS, 0.0, 0.003, 7200.0]
 
 
 def test_prometheus_sink_gives_what_prometheus_clients_instruments_give():
@@ -220,36 +164,21 @@ def test_the_sink_for_prometheus_multi_process_mode_is_chosen_as_prometheus_clie
         PrometheusSink(registry=None)
 
 
-def read_files(directory) -> dict[tuple, float]:
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(directory))
-    return samples(registry)
-
-
-def multi_process_mode(monkeypatch, directory) -> None:
-    """prometheus_client as it is when PROMETHEUS_MULTIPROC_DIR=directory at its import (each
-    call a new set of files)."""
+def in_multi_process_mode(monkeypatch, directory, worker, *args):
+    """``worker(str(directory), *args)`` in a spawned process where prometheus_client is in
+    multi-process mode, writing its files in ``directory``."""
     directory.mkdir()
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(directory))
-    monkeypatch.setattr(values, "ValueClass", values.MultiProcessValue())
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(directory))  # read at import, there
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(worker, (str(directory), *args))
 
 
 def test_in_multi_process_mode_the_files_read_as_prometheus_clients_own(monkeypatch, tmp_path):
     """The sink writes counts per bucket, not an observation per event: what
     MultiProcessCollector reads back equals what prometheus_client's Histogram and Counter
     write, sample for sample."""
-    multi_process_mode(monkeypatch, tmp_path / "ours")
-    sink = MultiProcessPrometheusSink(every=3600)
-    try:
-        feed(sink, WAITS, HOLDS)
-        sink.settle()
-        feed(sink, WAITS[:3], HOLDS[:2])  # a second write adds to the first
-    finally:
-        sink.close()  # and writes what is pending
-    multi_process_mode(monkeypatch, tmp_path / "theirs")
-    theirs = Theirs(registry=None)
-    feed(theirs, WAITS, HOLDS)
-    feed(theirs, WAITS[:3], HOLDS[:2])
+    in_multi_process_mode(monkeypatch, tmp_path / "ours", workers.multi_process_files, "ours")
+    in_multi_process_mode(monkeypatch, tmp_path / "theirs", workers.multi_process_files, "theirs")
     expected = read_files(tmp_path / "theirs")
     # Sums added in another order may differ in their last bit; the rest exactly.
     assert read_files(tmp_path / "ours") == pytest.approx(expected, rel=1e-12, abs=0)
@@ -259,15 +188,11 @@ def test_in_multi_process_mode_the_files_read_as_prometheus_clients_own(monkeypa
 
 
 def test_in_multi_process_mode_a_timer_writes_the_events_with_no_read(monkeypatch, tmp_path):
-    multi_process_mode(monkeypatch, tmp_path / "files")
-    sink = MultiProcessPrometheusSink(every=0.05)
-    key = ("redis_lock_hold_seconds_count", (("group", "import"), ("kind", "lock")))
-    try:
-        for _ in range(10):
-            sink.held("lock", "import", 0.1)
-        wait_until(lambda: read_files(tmp_path / "files").get(key) == 10, 10, "the timer's write")
-    finally:
-        sink.close()
+    assert in_multi_process_mode(monkeypatch, tmp_path / "files", workers.timer_writes) == 10
+
+
+def test_a_timer_needs_a_positive_period():
+    sink = Counting()
     with pytest.raises(ValueError, match="positive"):
         sink.start_settling(0)
 
@@ -276,14 +201,8 @@ def test_in_multi_process_mode_a_forked_child_counts_its_own_events_once(tmp_pat
     """A sink made before a fork (a server's preloaded app): the child writes its events, not
     its parent's pending ones again; the parent writes its own."""
     directory = tmp_path / "files"
-    directory.mkdir()
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(directory))  # read at import, there
-    spawn = multiprocessing.get_context("spawn")
-    with spawn.Pool(1) as pool:
-        child_exit = pool.apply(workers.forked_metrics, (str(directory),))
-    assert child_exit == 0
+    assert in_multi_process_mode(monkeypatch, directory, workers.forked_metrics) == 0  # child's
     figures = read_files(directory)
-    holds = ("redis_lock_hold_seconds_count", (("group", "import"), ("kind", "lock")))
-    assert figures[holds] == 5 + 3  # the parent's 5, the child's 3
+    assert figures[HOLD_COUNT] == 5 + 3  # the parent's 5, the child's 3
     waits = ("redis_lock_wait_seconds_count", (("group", "import"), ("kind", "lock")))
     assert figures[(waits[0], (*waits[1], ("outcome", "acquired")))] == 2  # the child's 2

@@ -173,3 +173,41 @@ def forked_metrics(multiproc_dir: str) -> int:
     _, status = os.waitpid(pid, 0)
     sink.close()
     return os.waitstatus_to_exitcode(status)
+
+
+def multi_process_files(multiproc_dir: str, whose: str) -> None:
+    """In multi-process mode: the events of ``tests.prometheus_events`` (all, then a few
+    again) into the files, through our sink (``whose="ours"``) or prometheus_client's own
+    instruments (``"theirs"``)."""
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == multiproc_dir  # inherited from the test
+    from django_redis_lock.metrics.prometheus_files import MultiProcessPrometheusSink
+    from tests.prometheus_events import HOLDS, WAITS, Theirs, feed
+
+    if whose == "theirs":
+        theirs = Theirs(registry=None)
+        feed(theirs, WAITS, HOLDS)
+        feed(theirs, WAITS[:3], HOLDS[:2])
+        return
+    sink = MultiProcessPrometheusSink(every=3600)  # its timer does not write in this test
+    feed(sink, WAITS, HOLDS)
+    sink.settle()
+    feed(sink, WAITS[:3], HOLDS[:2])  # a second write adds to the first
+    sink.close()  # and writes what is pending
+
+
+def timer_writes(multiproc_dir: str) -> float:
+    """In multi-process mode: 10 holds, and no read; the count of holds in the files, once
+    they show 10 (10 s at most), before the sink is closed."""
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == multiproc_dir
+    from django_redis_lock.metrics.prometheus_files import MultiProcessPrometheusSink
+    from tests.helpers import wait_until
+    from tests.prometheus_events import HOLD_COUNT, read_files
+
+    sink = MultiProcessPrometheusSink(every=0.05)
+    for _ in range(10):
+        sink.held("lock", "import", 0.1)
+    try:
+        wait_until(lambda: read_files(multiproc_dir).get(HOLD_COUNT) == 10, 10, "a timer write")
+        return read_files(multiproc_dir)[HOLD_COUNT]
+    finally:
+        sink.close()
