@@ -38,7 +38,7 @@ __all__ = ["OpenTelemetrySink", "default_sink", "observe_census"]
 
 class OpenTelemetrySink(BufferedSink):
     """The instruments on a meter of ``meter_provider``. An event is an append on the lock's
-    path (``buffer.py``): the SDK's ``record()`` costs about 8 µs. At each collection, the
+    path (``buffer.py``): the SDK's ``record()`` costs 5 to 8 µs. At each collection, the
     counters' callbacks (observable counters, read from this sink's tallies) first record the
     pending waits and holds into the histograms, so that the collection counts every event
     before it. Recorded then, they carry no exemplar of the span they happened in."""

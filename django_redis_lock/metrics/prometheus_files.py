@@ -2,8 +2,8 @@
 ``PROMETHEUS_MULTIPROC_DIR`` is set: the figures go into ``prometheus_client``'s files, one per
 process, which its ``MultiProcessCollector`` sums at the scrape.
 
-Why not ``prometheus_client``'s ``Histogram``: its ``observe()`` writes two values to the file
-per event, each under a lock (about 1.5 to 2.6 µs each), and an acquisition has two events. Here
+Why not ``prometheus_client``'s ``Histogram``: its ``observe()`` writes two values to the file,
+each under a lock (1.5 to 2.6 µs an event on the benchmark VM), and an acquisition has two. Here
 an event is an append (``buffer.py``); a timer adds them up each second into counts per bucket
 (``histograms.py``) and writes each count that changed once: the values the ``Histogram`` and
 ``Counter`` would write, made by ``prometheus_client.values.ValueClass`` under the same keys
