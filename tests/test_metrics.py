@@ -217,13 +217,18 @@ def test_two_processes_in_multiprocess_mode_give_summed_counters(redis_url, tmp_
 
     spawn = multiprocessing.get_context("spawn")
     pool = spawn.Pool(2)
-    done = pool.starmap(
-        workers.metered_locks,
-        [(redis_url, str(tmp_path), "mp:job", 5), (redis_url, str(tmp_path), "mp:job", 7)],
-    )
-    # Exited as a server's workers do, not killed: each writes what its timer had not yet.
-    pool.close()
-    pool.join()
+    try:
+        done = pool.starmap(
+            workers.metered_locks,
+            [(redis_url, str(tmp_path), "mp:job", 5), (redis_url, str(tmp_path), "mp:job", 7)],
+        )
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        # Exited as a server's workers do, not killed: each writes what its timer had not.
+        pool.close()
+        pool.join()
     assert done == [5, 7]
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(tmp_path))

@@ -191,10 +191,29 @@ def test_in_multi_process_mode_a_timer_writes_the_events_with_no_read(monkeypatc
     assert in_multi_process_mode(monkeypatch, tmp_path / "files", workers.timer_writes) == 10
 
 
-def test_a_timer_needs_a_positive_period():
+def timer_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "lock-metrics-timer"]
+
+
+def test_a_timer_starts_with_the_first_event_and_stops_at_close():
+    """No thread in a process that reports nothing (a server's master, before it forks)."""
+    before = len(timer_threads())
     sink = Counting()
     with pytest.raises(ValueError, match="positive"):
         sink.start_settling(0)
+    sink.start_settling(0.02)
+    assert len(timer_threads()) == before
+    sink.held("lock", "import", 0.1)
+    assert len(timer_threads()) == before + 1
+    wait_until(lambda: len(sink.taken) == 1, 10, "the timer's settle")  # with no read
+    for _ in range(20):
+        sink.held("lock", "import", 0.1)
+    assert len(timer_threads()) == before + 1  # one timer, whatever the events
+    sink.close()
+    assert len(sink.taken) == 21
+    wait_until(lambda: len(timer_threads()) == before, 10, "the timer's end")
+    sink.held("lock", "import", 0.1)  # closed: added up when read, no timer
+    assert len(timer_threads()) == before
 
 
 def test_in_multi_process_mode_a_forked_child_counts_its_own_events_once(tmp_path, monkeypatch):

@@ -52,9 +52,11 @@ class BufferedSink:
 
     def __init__(self) -> None:
         self._pending: deque[Event] = deque()
-        self._taking = threading.Lock()
+        self._taking = threading.RLock()  # an RLock: see _before_fork
         self._settler: threading.Thread | None = None
-        self._every = 0.0  # start_settling's
+        # start_settling's: its period, the limit it restores once its timer runs, the process
+        # its timer runs in (0: none yet), and how to stop that timer.
+        self._every, self._limit, self._timer_pid = 0.0, self.limit, 0
         self._stop: threading.Event | None = None
         self.counts: dict[str, dict[tuple[str, ...], int]] = {
             CONTENDED: {}, TIMED_OUT: {}, LOST: {}
@@ -85,7 +87,9 @@ class BufferedSink:
             self._overflow()
 
     def _overflow(self) -> None:
-        if not self.settle_in_thread:
+        if self._every and self._timer_pid != os.getpid():
+            self._start_timer()  # this process's first event (see start_settling)
+        elif not self.settle_in_thread:
             self.settle()
         elif self._settler is None or not self._settler.is_alive():  # else it takes these too
             # (After a fork, the parent's thread is not alive in the child: one starts there.)
@@ -116,34 +120,51 @@ class BufferedSink:
             yield
 
     def start_settling(self, every: float) -> None:
-        """From now on, settle every ``every`` seconds in a thread of this sink's, and once more
-        when the process exits normally; in a process forked from this one too, where the
-        parent's events are dropped (the parent adds them up). Stopped by :meth:`close`."""
+        """Settle every ``every`` seconds in a thread of this sink's, from this process's next
+        event on, and once more when the process exits normally. A process that reports no
+        event has no such thread: a server's master that forks its workers. In a process forked
+        from this one, the parent's pending events are dropped (the parent adds them up) and
+        the child's first event starts a timer there. Stopped by :meth:`close`."""
         if every <= 0:
             raise ValueError(f"every must be a positive number of seconds, not {every!r}")
         self.close()
-        self._every, stop = every, threading.Event()
-        self._stop = stop
-        threading.Thread(
-            target=_settle_every, args=(weakref.ref(self), every, stop),
-            name="lock-metrics-timer", daemon=True,
-        ).start()  # fmt: skip
-        _install_process_hooks()
-        _timed.add(self)
+        with _timers:
+            self._every, self._limit, self._timer_pid = every, self.limit, 0
+            self.limit = 0  # so that the next append calls _overflow, which starts the timer
+            _install_process_hooks()
+            _timed.add(self)
+
+    def _start_timer(self) -> None:
+        with _timers:
+            if not self._every or self._timer_pid == os.getpid():
+                return  # closed, or another thread started it
+            if self._timer_pid:  # a fork no hook of ours saw (uWSGI's, unless told to)
+                self._taking = threading.RLock()
+            self._timer_pid, self.limit = os.getpid(), self._limit
+            self._stop = stop = threading.Event()
+            threading.Thread(
+                target=_settle_every, args=(weakref.ref(self), self._every, stop),
+                name="lock-metrics-timer", daemon=True,
+            ).start()  # fmt: skip
 
     def close(self) -> None:
-        """Stop the timer of :meth:`start_settling`, if any, and settle."""
-        if self._stop is not None:
-            self._stop.set()
+        """Stop settling on a timer (:meth:`start_settling`), and settle. Events appended
+        after it are added up when read, or past the limit."""
+        with _timers:
+            if self._stop is not None:
+                self._stop.set()
+            self._stop, self._every, self._timer_pid = None, 0.0, 0
+            if self.limit == 0:
+                self.limit = self._limit
             _timed.discard(self)
-            self._stop = None
         self.settle()
 
     def forked(self) -> None:
-        """In a child process, just after the fork: the events so far are the parent's."""
-        self._taking = threading.Lock()  # a thread of the parent's may have held it
+        """In a child process, just after the fork: the events so far are the parent's, and
+        so is the timer (its thread is not in the child)."""
+        self._taking = threading.RLock()
         self._pending.clear()
-        self.start_settling(self._every)
+        self._stop, self._timer_pid, self.limit = None, 0, 0  # the next event starts a timer
 
     def take(self, events: list[Event]) -> None:
         for what, labels, seconds in events:
@@ -175,8 +196,11 @@ def _settle_every(
         del sink
 
 
-# The sinks with a timer (start_settling), for the process hooks below.
+# The sinks that settle on a timer (start_settling), for the process hooks below; _timers
+# guards the starting and stopping of their timers, and _forking a fork, from before to after.
 _timed: weakref.WeakSet[BufferedSink] = weakref.WeakSet()
+_timers = threading.Lock()
+_forking = threading.Lock()
 _held_at_fork: list[BufferedSink] = []
 _hooks_installed = False
 
@@ -200,17 +224,24 @@ def _at_exit() -> None:
 
 def _before_fork() -> None:
     # No fork while a timer settles: its exporter's own locks, held then, would stay held in the
-    # child for ever. (A timeout, in case the forking thread is the one settling.)
-    _held_at_fork[:] = [sink for sink in list(_timed) if sink._taking.acquire(timeout=1.0)]
+    # child for ever. Waiting is safe: a settle only writes, and an RLock lets the forking
+    # thread through if it is itself the one settling.
+    _forking.acquire()
+    _held_at_fork[:] = list(_timed)
+    for sink in _held_at_fork:
+        sink._taking.acquire()
 
 
 def _after_fork_in_parent() -> None:
     for sink in _held_at_fork:
         sink._taking.release()
     _held_at_fork.clear()
+    _forking.release()
 
 
 def _after_fork_in_child() -> None:
+    global _timers, _forking
+    _timers, _forking = threading.Lock(), threading.Lock()
     _held_at_fork.clear()
     for sink in list(_timed):
         sink.forked()

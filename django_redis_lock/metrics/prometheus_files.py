@@ -99,7 +99,7 @@ class MultiProcessPrometheusSink(TallyingSink):
             for spec, what in ((CONTENTION, CONTENDED), (TIMEOUTS, TIMED_OUT), (LOSSES, LOST)):
                 for labels, count in self.counts[what].items():
                     self._counter(spec, labels).inc(count)
-        finally:  # written, or dropped (buffer.py logs it): never written twice
+        finally:  # never offered twice; if a write failed, buffer.py logs the batch
             self.forget()
 
     def forget(self) -> None:
