@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 import urllib.error
@@ -19,6 +20,7 @@ from django.test import AsyncClient, Client
 
 from django_redis_lock import aclose_async_redis_clients, lock_contended, prevent_double_submit
 from tests.conftest import django_redis_caches
+from tests.helpers import wait_until
 from tests.testapp import views
 
 CLIENT = {"HTTP_X_CLIENT": "client-1"}
@@ -175,7 +177,7 @@ def test_duplicate_while_running_gets_409_html_or_json():
     assert int(as_json["Retry-After"]) >= 1
 
 
-def test_waiting_duplicate_gets_the_first_response():
+def test_waiting_duplicate_gets_the_first_response(caplog):
     queued = threading.Semaphore(0)
 
     def on_contended(**kwargs):
@@ -186,10 +188,9 @@ def test_waiting_duplicate_gets_the_first_response():
     lock_contended.connect(on_contended, weak=False, dispatch_uid="patient")
     views.gate.clear()
     try:
-        with ThreadPoolExecutor(4) as pool:
+        with ThreadPoolExecutor(4) as pool, caplog.at_level(logging.WARNING):
             running = pool.submit(post, "/patient/")
-            while views.runs["patient"] == 0:
-                time.sleep(0.005)
+            wait_until(lambda: views.runs["patient"], 10, "the first request inside the view")
             waiting = [pool.submit(post, "/patient/") for _ in range(3)]
             for _ in range(3):  # all three are waiting for the first one
                 assert queued.acquire(timeout=10)
@@ -198,7 +199,10 @@ def test_waiting_duplicate_gets_the_first_response():
             duplicates = [future.result(10) for future in waiting]
     finally:
         lock_contended.disconnect(dispatch_uid="patient")
-    assert views.runs["patient"] == 1
+    # (The view ran twice in 2 of some hundreds of runs, cause unknown: the statuses and the log
+    # say whether a duplicate ran unprotected, FAIL_OPEN, or was given the lock.)
+    statuses = [response.status_code for response in (first, *duplicates)]
+    assert views.runs["patient"] == 1, (statuses, caplog.text)
     assert first.status_code == 200
     assert [r.status_code for r in duplicates] == [200, 200, 200]
     assert all(r["Idempotent-Replayed"] == "true" for r in duplicates)

@@ -53,7 +53,7 @@ class BufferedSink:
     def __init__(self) -> None:
         self._pending: deque[Event] = deque()
         self._taking = threading.RLock()  # an RLock: see _before_fork
-        self._settler: threading.Thread | None = None
+        self._settler_pid, self._wake = 0, threading.Event()  # settle_in_thread's
         # start_settling's: its period, the limit it restores once its timer runs, the process
         # its timer runs in (0: none yet), and how to stop that timer.
         self._every, self._limit, self._timer_pid = 0.0, self.limit, 0
@@ -91,12 +91,22 @@ class BufferedSink:
             self._start_timer()  # this process's first event (see start_settling)
         elif not self.settle_in_thread:
             self.settle()
-        elif self._settler is None or not self._settler.is_alive():  # else it takes these too
-            # (After a fork, the parent's thread is not alive in the child: one starts there.)
-            self._settler = threading.Thread(
-                target=self.settle, name="lock-metrics-settle", daemon=True
-            )
-            self._settler.start()
+        else:
+            self._wake_settler()
+
+    def _wake_settler(self) -> None:
+        # One thread per process, woken by an Event: a thread per overflow, skipped while the
+        # last is alive, could leave the events appended as it ends waiting for another.
+        if self._settler_pid != os.getpid():  # none yet in this process
+            with _timers:
+                if self._settler_pid != os.getpid():
+                    self._wake = threading.Event()  # not a fork's copy: it may be held
+                    threading.Thread(
+                        target=_settle_when_woken, args=(weakref.ref(self), self._wake),
+                        name="lock-metrics-settle", daemon=True,
+                    ).start()  # fmt: skip
+                    self._settler_pid = os.getpid()
+        self._wake.set()
 
     def settle(self) -> None:
         """Hand every event appended so far to :meth:`take`."""
@@ -182,6 +192,18 @@ class BufferedSink:
     def observe(self, what: str, labels: tuple[str, ...], seconds: float) -> None:
         """A wait's (``WAITED``) or a hold's (``HELD``) duration, into the histogram."""
         raise NotImplementedError
+
+
+def _settle_when_woken(sink_ref: weakref.ref[BufferedSink], wake: threading.Event) -> None:
+    while True:
+        woken = wake.wait(60)  # not for ever: a sink nobody uses any more ends its thread
+        sink = sink_ref()
+        if sink is None:
+            return
+        if woken:
+            wake.clear()  # before the settle: an event appended during it wakes us again
+            sink.settle()
+        del sink
 
 
 def _settle_every(
