@@ -53,11 +53,12 @@ class BufferedSink:
     def __init__(self) -> None:
         self._pending: deque[Event] = deque()
         self._taking = threading.RLock()  # an RLock: see _before_fork
-        self._settler_pid, self._wake = 0, threading.Event()  # settle_in_thread's
-        # start_settling's: its period, the limit it restores once its timer runs, the process
-        # its timer runs in (0: none yet), and how to stop that timer.
-        self._every, self._limit, self._timer_pid = 0.0, self.limit, 0
+        # The settling thread (settle_in_thread, start_settling): the process it runs in (0:
+        # none yet), how to wake it and stop it; start_settling's period, and the limit it
+        # restores once that thread runs.
+        self._thread_pid, self._wake = 0, threading.Event()
         self._stop: threading.Event | None = None
+        self._every, self._limit = 0.0, self.limit
         self.counts: dict[str, dict[tuple[str, ...], int]] = {
             CONTENDED: {}, TIMED_OUT: {}, LOST: {}
         }  # fmt: skip
@@ -87,26 +88,35 @@ class BufferedSink:
             self._overflow()
 
     def _overflow(self) -> None:
-        if self._every and self._timer_pid != os.getpid():
-            self._start_timer()  # this process's first event (see start_settling)
-        elif not self.settle_in_thread:
+        if (self._every or self.settle_in_thread) and self._thread_pid != os.getpid():
+            self._start_thread()
+            if self._every:
+                return  # this process's first event (see start_settling): the timer has it
+        if not self.settle_in_thread:
             self.settle()
         else:
-            self._wake_settler()
+            self._wake.set()
 
-    def _wake_settler(self) -> None:
-        # One thread per process, woken by an Event: a thread per overflow, skipped while the
-        # last is alive, could leave the events appended as it ends waiting for another.
-        if self._settler_pid != os.getpid():  # none yet in this process
-            with _timers:
-                if self._settler_pid != os.getpid():
-                    self._wake = threading.Event()  # not a fork's copy: it may be held
-                    threading.Thread(
-                        target=_settle_when_woken, args=(weakref.ref(self), self._wake),
-                        name="lock-metrics-settle", daemon=True,
-                    ).start()  # fmt: skip
-                    self._settler_pid = os.getpid()
-        self._wake.set()
+    def _start_thread(self) -> None:
+        # One thread per process, woken by an Event (and each `every` seconds on a timer): a
+        # thread per overflow, skipped while the last is alive, could leave the events
+        # appended as it ends waiting for another.
+        with _timers:
+            if self._thread_pid == os.getpid():
+                return  # another thread started it
+            if self._thread_pid and self._every:  # a fork no hook of ours saw (uWSGI's)
+                self._taking = threading.RLock()
+            self._thread_pid = os.getpid()
+            if self._every:
+                self.limit = self._limit
+            # New ones, not a fork's copies: those may be held.
+            self._wake, self._stop = threading.Event(), threading.Event()
+            threading.Thread(
+                target=_settling_thread,
+                args=(weakref.ref(self), self._wake, self._stop, self._every),
+                name="lock-metrics-timer" if self._every else "lock-metrics-settle",
+                daemon=True,
+            ).start()  # fmt: skip
 
     def settle(self) -> None:
         """Hand every event appended so far to :meth:`take`."""
@@ -139,23 +149,10 @@ class BufferedSink:
             raise ValueError(f"every must be a positive number of seconds, not {every!r}")
         self.close()
         with _timers:
-            self._every, self._limit, self._timer_pid = every, self.limit, 0
+            self._every, self._limit = every, self.limit
             self.limit = 0  # so that the next append calls _overflow, which starts the timer
             _install_process_hooks()
             _timed.add(self)
-
-    def _start_timer(self) -> None:
-        with _timers:
-            if not self._every or self._timer_pid == os.getpid():
-                return  # closed, or another thread started it
-            if self._timer_pid:  # a fork no hook of ours saw (uWSGI's, unless told to)
-                self._taking = threading.RLock()
-            self._timer_pid, self.limit = os.getpid(), self._limit
-            self._stop = stop = threading.Event()
-            threading.Thread(
-                target=_settle_every, args=(weakref.ref(self), self._every, stop),
-                name="lock-metrics-timer", daemon=True,
-            ).start()  # fmt: skip
 
     def close(self) -> None:
         """Stop settling on a timer (:meth:`start_settling`), and settle. Events appended
@@ -163,7 +160,8 @@ class BufferedSink:
         with _timers:
             if self._stop is not None:
                 self._stop.set()
-            self._stop, self._every, self._timer_pid = None, 0.0, 0
+                self._wake.set()  # so that its thread ends now
+            self._stop, self._every, self._thread_pid = None, 0.0, 0
             if self.limit == 0:
                 self.limit = self._limit
             _timed.discard(self)
@@ -174,7 +172,7 @@ class BufferedSink:
         so is the timer (its thread is not in the child)."""
         self._taking = threading.RLock()
         self._pending.clear()
-        self._stop, self._timer_pid, self.limit = None, 0, 0  # the next event starts a timer
+        self._stop, self._thread_pid, self.limit = None, 0, 0  # the next event starts a timer
 
     def take(self, events: list[Event]) -> None:
         for what, labels, seconds in events:
@@ -194,27 +192,20 @@ class BufferedSink:
         raise NotImplementedError
 
 
-def _settle_when_woken(sink_ref: weakref.ref[BufferedSink], wake: threading.Event) -> None:
+def _settling_thread(
+    sink_ref: weakref.ref[BufferedSink], wake: threading.Event, stop: threading.Event,
+    every: float,
+) -> None:  # fmt: skip
+    # Settles when woken, and each `every` seconds if given. A weak reference, and a bounded
+    # wait: a sink nobody uses any more ends its thread.
     while True:
-        woken = wake.wait(60)  # not for ever: a sink nobody uses any more ends its thread
+        woken = wake.wait(every or 60)
         sink = sink_ref()
-        if sink is None:
+        if sink is None or stop.is_set():
             return
-        if woken:
+        if woken or every:
             wake.clear()  # before the settle: an event appended during it wakes us again
             sink.settle()
-        del sink
-
-
-def _settle_every(
-    sink_ref: weakref.ref[BufferedSink], every: float, stop: threading.Event
-) -> None:
-    # A weak reference: a sink nobody uses any more is collected, and its thread ends.
-    while not stop.wait(every):
-        sink = sink_ref()
-        if sink is None:
-            return
-        sink.settle()
         del sink
 
 
