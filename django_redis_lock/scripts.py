@@ -31,13 +31,13 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from .commands import aexecute, aexecute_acknowledged, execute, execute_acknowledged
+from .core.flows import HANDOFF_MS
 from .core.permits import NEXT_WAITERS
 from .durations import MAX_SECONDS
 
 __all__ = [
     "EXTEND",
     "EXTEND_MANY",
-    "HANDOFF_MS",
     "JOIN",
     "PERMIT_ACQUIRE",
     "PERMIT_EXTEND",
@@ -50,10 +50,8 @@ __all__ = [
     "load_script",
 ]
 
-# A lease handed to a waiter lasts at most this long until its new holder lengthens it (its
-# renewal, or a one-off top-up): the longest a waiter that died just before its turn can hold
-# the lock. A live waiter is blocked on its wake-up list and takes over within a round trip.
-HANDOFF_MS = 3000
+# ahead_ms() looks at most this far along the queue for a live waiter ahead of the caller.
+AHEAD_LOOKS = 4
 # The queue keys outlive every waiter's liveness deadline (at most 3 s, see flows.py).
 QUEUE_TTL_MS = 5000
 
@@ -157,7 +155,14 @@ class Script:
 # job's own acquisition takes over as if the lock were free. wants_result(): whether the flags
 # ask for the guarded work's result; done(): whether that result (read by the caller) answers
 # this acquisition: any result with the 'd' flag, with 'j' only one naming the acquiring
-# token's job (a finished run of the job).
+# token's job (a finished run of the job). handoff_ms(): how long a lease handed to a waiter
+# lasts until its new holder lengthens it: what it asked for, at most HANDOFF_MS, and never past
+# the waiter's liveness deadline, so that a waiter that died before its turn holds the lock no
+# longer than the queue would have counted it alive (a live one is blocked on its wake-up list,
+# or asks again within its LIVENESS_SLACK: either way it takes over in time). ahead_ms(): ms
+# until the first waiter ahead of ``token`` in ``queue`` that is still counted alive is counted
+# dead (0: none, among the first AHEAD_LOOKS): the waiter behind ends its block by then, since
+# the lease may be handed to that one and end with its liveness.
 _PRELUDE = f"""
 local QUEUE_TTL_MS, HANDOFF_MS = {QUEUE_TTL_MS}, {HANDOFF_MS}
 local function duration(value)
@@ -195,6 +200,19 @@ local function done(flags, result, token)
   if not result then return false end
   if string.find(flags, 'd', 1, true) then return true end
   return string.find(flags, 'j', 1, true) ~= nil and result == job_of(token)
+end
+local function handoff_ms(wanted, deadline, now)
+  return math.max(1, math.min(duration(wanted), HANDOFF_MS, deadline - now))
+end
+local function ahead_ms(queue, waiters, token, now)
+  local first = redis.call('LRANGE', queue, 0, {AHEAD_LOOKS - 1})
+  for _, waiter in ipairs(first) do
+    if waiter == token then return 0 end
+    local entry = redis.call('HGET', waiters, waiter)
+    local deadline = entry and tonumber(string.match(entry, '^(%d+)|'))
+    if deadline and deadline > now then return deadline - now end
+  end
+  return 0
 end
 """
 

@@ -85,7 +85,8 @@ def wait_for_wake(
                 return _popped(connection.read_response())
             # Still blocked server-side: drop the connection rather than wait for the reply. A
             # wake-up popped just now is not lost: it is a lease handed to us, which the
-            # caller finds its own when it asks the lock again.
+            # caller finds its own when it asks the lock again, and the script that tells it
+            # so says again what the message said (join.lua: the work done, the next waiter).
             connection.disconnect()
             return None
     except RedisError as error:

@@ -218,3 +218,37 @@ def test_a_block_sent_with_its_join_is_cut_when_the_holders_lease_ends_sooner():
     request = next(flow)
     assert request.at_most([0, 120, False]) == pytest.approx(0.121)
     assert request.at_most([1, "0", 10_000, ""]) == float("inf")  # taken: nothing to cut
+
+
+def test_a_lease_handed_short_is_counted_until_our_liveness_deadline_at_least():
+    """A release hands a lease no longer than the waiter's liveness window (release.lua): it
+    ran the release after our join, so the lease runs at least that long from our join's send,
+    whatever the message says of how long was left when it was handed."""
+    clock = Clock()
+    flow = flows.acquire(plan(clock, first="join"))
+    next(flow)
+    clock.now += 1.9
+    with pytest.raises(StopIteration) as done:
+        flow.send(([0, 9000, False, 0], b"0|1100|0|"))
+    liveness_ms = int((flows.BLOCK_CAP + flows.LIVENESS_SLACK) * 1000)
+    assert done.value.value == flows.Acquired(0, liveness_ms, 100.0, "", False)
+
+
+def test_a_waiter_looks_again_when_the_waiter_ahead_of_it_is_counted_dead():
+    """A waiter that died ahead of us may be handed the lease, which then ends with its
+    liveness: our next block ends by then (by the server's timer: not worth a new connection)."""
+    clock = Clock()
+    flow = flows.acquire(plan(clock, first="join"))
+    first = next(flow)
+    # Sent before anything was known, the first block is cut at that deadline by the backend.
+    assert first.at_most([0, 9000, False, 700]) == pytest.approx(0.701)
+    assert first.at_most([0, 9000, False, 0]) == pytest.approx(9.001)
+    clock.now += 0.7
+    request = flow.send(([0, 9000, False, 1200], None))  # queued behind a live waiter
+    assert request.seconds == pytest.approx(0.501)
+    assert not request.exact
+    assert request.first.args[5] == int((0.501 + flows.LIVENESS_SLACK) * 1000)
+    clock.now += 0.501
+    request = flow.send(([0, 8000, False, 0], None))  # nobody alive ahead: the usual cap
+    assert request.seconds == flows.BLOCK_CAP
+    assert not request.exact

@@ -83,6 +83,15 @@ def hold_until_killed(redis_url: str, name: str, ready: Any, **lock_options: Any
     time.sleep(3600)
 
 
+def wait_in_line(redis_url: str, name: str) -> None:
+    """Queue for the lock, for a minute (the test kills this process while it waits)."""
+    setup_django(redis_url)
+    from django_redis_lock import Lock
+
+    Lock(name, wait=60).acquire()
+    time.sleep(3600)
+
+
 def deposit_under_lock(redis_url: str, database: str, pk: int, rounds: int, start: Any) -> int:
     """``rounds`` deposits of 1 through a @locked_method doing a plain read-modify-write."""
     setup_django(redis_url, database)

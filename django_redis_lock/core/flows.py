@@ -33,6 +33,7 @@ from .requests import Block, Command, Eval, Failover, Flow, Pipeline, Sleep
 
 __all__ = [
     "BLOCK_CAP",
+    "HANDOFF_MS",
     "AcquirePlan",
     "Acquired",
     "Done",
@@ -48,9 +49,15 @@ __all__ = [
 
 
 # The longest single block on a wake-up list. A waiter's liveness deadline is one block plus
-# LIVENESS_SLACK: the longest a waiter that died unannounced stays first in line.
+# LIVENESS_SLACK after it last asked: the longest a waiter that died unannounced stays first in
+# line, and the longest it holds up those behind it (see HANDOFF_MS).
 BLOCK_CAP = 2.0
 LIVENESS_SLACK = 1.0
+# A lease a release hands to a waiter lasts at most this long, and never past the waiter's
+# liveness deadline, until its new holder lengthens it (a join that finds it handed, its
+# renewal, or a one-off top-up). A live waiter is blocked on its wake-up list, whose deadline is
+# at least LIVENESS_SLACK away, or about to ask again, and takes over within a round trip.
+HANDOFF_MS = 3000
 # Below this, a wait is not worth a blocking call: BLPOP's timeout 0 would mean "for ever".
 MIN_BLOCK = 0.001
 # The least time an acquisition gives Redis to answer one request, however short its wait: a
@@ -207,6 +214,9 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
     pttl = 0
     # How long the holder's lease has left: ours, until a join tells us.
     hint = plan.lease_ms / 1000
+    # When the first live waiter ahead of us will be counted dead (a join tells us): the lease
+    # may be handed to it, and then ends with its liveness, so we look again by then.
+    ahead_until = math.inf
     queued = contended = False
     try:
         while True:
@@ -217,9 +227,12 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             if mode != QUEUE or (not contended and plan.report_holder()):
                 flags += "o"
             # Wake at the latest when the wait ends, or when the holder's lease does (it may
-            # have died without releasing): then the time must be kept exactly.
-            block = max(MIN_BLOCK, min(remaining, hint, BLOCK_CAP))
-            exact = block < BLOCK_CAP
+            # have died without releasing): then the time must be kept exactly. And by the
+            # time the waiter ahead of us is counted dead, give or take the server's timer.
+            tight = min(remaining, hint)
+            loose = min(ahead_until - sent_at, BLOCK_CAP)
+            block = max(MIN_BLOCK, min(tight, loose))
+            exact = tight < loose
             together = mode == QUEUE and not plan.replicas
             if together:
                 flags += "b"
@@ -234,7 +247,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 if together:
                     queued = True  # perhaps, from here on: an error leaves the line
                     reply, message = yield Block(
-                        keys.wake(token), block, exact, first=join, at_most=_until_lease_ends
+                        keys.wake(token), block, exact, first=join, at_most=_until_it_matters
                     )
                 else:
                     reply = yield _confirmed(plan, join)
@@ -266,6 +279,8 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 return Done(reply[1])
             pttl = int(reply[1])
             hint = pttl / 1000 + 0.001 if pttl > 0 else BLOCK_CAP
+            ahead = int(reply[3]) if len(reply) > 3 else 0
+            ahead_until = sent_at + ahead / 1000 + 0.001 if ahead > 0 else math.inf
             holder = holder or reply[2] or None
             if mode != QUEUE:
                 queued = False
@@ -278,11 +293,20 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 remaining = deadline - clock()
                 if remaining <= 0:
                     continue
-                block = min(remaining, hint, BLOCK_CAP)
-                message = yield Block(keys.wake(token), max(MIN_BLOCK, block), block < BLOCK_CAP)
+                # (No longer than the liveness the join gave us: the queue counts us alive.)
+                tight = min(remaining, hint)
+                loose = min(ahead_until - clock(), liveness - LIVENESS_SLACK)
+                block = max(MIN_BLOCK, min(tight, loose))
+                message = yield Block(keys.wake(token), block, tight < loose)
             if message:  # a release handed us the lease
                 queued = False
                 granted = _from_message(message, sent_at)
+                # It was handed after our join ran (else the join would have found it ours),
+                # until our liveness deadline at the latest: it runs at least that long from
+                # when we sent the join, whatever the message says of the time it was handed.
+                granted.lease_ms = max(
+                    granted.lease_ms, min(plan.lease_ms, HANDOFF_MS, int(liveness * 1000))
+                )
                 if granted.done:
                     return (yield from _result_instead(plan, granted))
                 if plan.replicas:
@@ -305,12 +329,15 @@ def _other(reply: Any) -> int:
     return int(reply[4]) if len(reply) > 4 else 0
 
 
-def _until_lease_ends(reply: Any) -> float:
+def _until_it_matters(reply: Any) -> float:
     """After a queue join's reply: a block lasts at most until the holder's lease ends (it may
-    have died without releasing), a millisecond more."""
-    if int(reply[0]) == 0 and int(reply[1]) > 0:
-        return int(reply[1]) / 1000 + 0.001
-    return math.inf
+    have died without releasing), or the first live waiter ahead of us is counted dead, a
+    millisecond more."""
+    if int(reply[0]) != 0:
+        return math.inf
+    pttl, ahead = int(reply[1]), int(reply[3]) if len(reply) > 3 else 0
+    ends = [ms / 1000 + 0.001 for ms in (pttl, ahead) if ms > 0]
+    return min(ends, default=math.inf)
 
 
 def _result_instead(plan: AcquirePlan, granted: Acquired) -> Flow:

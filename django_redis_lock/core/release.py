@@ -55,8 +55,10 @@ def release(
     code = int(reply[0])
     if code == 2:
         # Handed to waiters we did not expect (a semaphore's release may hand several
-        # permits): wake them. If this fails, each finds the lease its own when its block ends
-        # and it looks again.
+        # permits): wake them. Nothing depends on this push but how soon they know: if it is
+        # late or fails, each finds the lease its own when its block ends and it asks again,
+        # and join.lua answers with this message made again from the lease, the queue and
+        # the kept result (a waiter for the result is told the work is done).
         commands: list[tuple[Any, ...]] = []
         for head, message in zip(reply[1::2], reply[2::2], strict=True):
             wake, message = keys.wake(text(head)), text(message)

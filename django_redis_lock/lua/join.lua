@@ -20,9 +20,13 @@
 -- ARGV[7...] optional: prefixes of lease values we take over as if the lock were free (our
 --          job's reservation, core/lease.py)
 --
--- Returns {1, fence, pttl_ms, wake-up message or ''} when we hold the lease (taken now, or
--- handed to us by a release), {0, pttl_ms, holder's lease value or false} when not,
--- {2, result} with the 'd' or 'j' flag when the guarded work is done already.
+-- Returns {1, fence, lease_ms, ''} when we take the lease now; {1, fence, lease_ms, message}
+-- when a release handed it to us, with the wake-up message it sent made again here
+-- ('fence|lease_ms|done|next waiter's token or ''', done '1' when the 'd' or 'j' flag's result
+-- is there); {0, pttl_ms, holder's lease value or false, ahead_ms} when not (ahead_ms: when
+-- queued, how long until the first live waiter ahead of us is counted dead, 0 if none: we
+-- block no longer); {2, result} with the 'd' or 'j' flag when the guarded work is done
+-- already.
 local token, mode, flags = ARGV[1], tonumber(ARGV[4]), ARGV[5]
 local lease, liveness = duration(ARGV[2]), duration(ARGV[6])
 local holder = redis.call('GET', KEYS[1])
@@ -38,11 +42,19 @@ local function unblock()
 end
 
 if holder and string.sub(holder, 1, #token + 1) == token .. '|' then
-  -- Handed to us by a release while we were not blocked: its message is on our list.
+  -- Handed to us by a release while we were not blocked. Its wake-up message may be on our
+  -- list, still on its way (pushed a round trip after the release), or lost: we never depend
+  -- on it, but say again what it says from what it was made of. Above all whether the guarded
+  -- work is done: a waiter that wants the result must pass the lease on, never run the work.
+  -- And we are alive: the short lease it handed us (release.lua) becomes our whole lease.
+  redis.call('DEL', KEYS[4])
+  redis.call('PEXPIRE', KEYS[1], lease)
   local _, _, fence = lease_fields(holder)
-  local message = redis.call('LPOP', KEYS[4]) or ''
+  local finished = '0'
+  if wants_result(flags) and done(flags, redis.call('GET', KEYS[5]), token) then finished = '1' end
   unblock()
-  return {1, fence, redis.call('PTTL', KEYS[1]), message}
+  local message = fence .. '|' .. lease .. '|' .. finished .. '|' .. (redis.call('LINDEX', KEYS[2], 0) or '')
+  return {1, fence, lease, message}
 end
 if mode == 3 then
   leave()
@@ -67,6 +79,7 @@ if not holder then
   return {1, fence, lease, ''}
 end
 local pttl = redis.call('PTTL', KEYS[1])
+local ahead = 0
 if mode == 1 then
   local now = server_time()
   local entry = (now + liveness) .. '|' .. flags .. '|' .. ARGV[3]
@@ -76,9 +89,10 @@ if mode == 1 then
   redis.call('PEXPIRE', KEYS[3], QUEUE_TTL_MS)
   if joining then redis.call('RPUSH', KEYS[2], token) end
   redis.call('PEXPIRE', KEYS[2], QUEUE_TTL_MS)
+  ahead = ahead_ms(KEYS[2], KEYS[3], token, now)
 else
   leave()
   unblock()
 end
-if string.find(flags, 'o', 1, true) then return {0, pttl, holder} end
-return {0, pttl, false}
+if string.find(flags, 'o', 1, true) then return {0, pttl, holder, ahead} end
+return {0, pttl, false, ahead}

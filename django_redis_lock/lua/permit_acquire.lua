@@ -17,9 +17,11 @@
 -- ARGV[6]  how long the queue may count us alive without hearing from us, ms
 -- ARGV[7]  the number of permits (our limit: each caller is held to its own)
 --
--- Returns {1, 0, pttl_ms, wake-up message or '', other limit or 0} when we hold a permit
--- (taken now, or handed to us by a release); {0, pttl_ms, a holder's value or false} when not
--- (pttl: until the first permit's lease ends). "other limit": a holder's, when it is not ours.
+-- Returns {1, 0, lease_ms, '', other limit or 0} when we take a permit now, {1, 0, lease_ms,
+-- message, 0} when a release handed it to us (its wake-up message, made again here: 'fence
+-- 0|lease_ms|0|the first tokens of the queue'); {0, pttl_ms, a holder's value or false,
+-- ahead_ms} when not (pttl: until the first permit's lease ends; ahead_ms: as join.lua's).
+-- "other limit": a holder's, when it is not ours.
 local token, mode, flags = ARGV[1], tonumber(ARGV[4]), ARGV[5]
 local lease, liveness, limit = duration(ARGV[2]), duration(ARGV[6]), tonumber(ARGV[7])
 if not limit or limit < 1 or limit % 1 ~= 0 then error('invalid limit: ' .. tostring(ARGV[7])) end
@@ -37,10 +39,15 @@ end
 
 local mine = redis.call('ZSCORE', KEYS[1], token)
 if mine and tonumber(mine) > now then
-  -- Handed to us by a release while we were not blocked: its message is on our list.
-  local message = redis.call('LPOP', KEYS[5]) or ''
+  -- Handed to us by a release while we were not blocked. Its wake-up message may be on our
+  -- list, on its way, or lost: we never depend on it, and say again what it says (join.lua).
+  -- And we are alive: the short lease it handed us (permit_release.lua) becomes our whole one.
+  redis.call('DEL', KEYS[5])
+  redis.call('ZADD', KEYS[1], now + lease, token)
+  permits_expire(now)
   unblock()
-  return {1, 0, tonumber(mine) - now, message, 0}
+  local after = redis.call('LRANGE', KEYS[3], 0, NEXT_WAITERS - 1)
+  return {1, 0, lease, '0|' .. lease .. '|0|' .. table.concat(after, ' '), 0}
 end
 if mode == 3 then
   leave()
@@ -63,11 +70,13 @@ end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local pttl = 0
 if first[2] then pttl = math.max(1, tonumber(first[2]) - now) end
+local ahead = 0
 if mode == 1 then
   local joining = redis.call('HSET', KEYS[4], token, (now + liveness) .. '|' .. limit .. '|' .. ARGV[3]) == 1
   redis.call('PEXPIRE', KEYS[4], QUEUE_TTL_MS)
   if joining then redis.call('RPUSH', KEYS[3], token) end
   redis.call('PEXPIRE', KEYS[3], QUEUE_TTL_MS)
+  ahead = ahead_ms(KEYS[3], KEYS[4], token, now)
 else
   leave()
   unblock()
@@ -76,7 +85,7 @@ if (mode == 0 or string.find(flags, 'o', 1, true)) and first[1] then
   local entry = redis.call('HGET', KEYS[2], first[1])
   if entry then
     local since, _, record = string.match(entry, '^(%d+)|(%d+)|(.*)$')
-    return {0, pttl, first[1] .. '|' .. since .. '|0|' .. record}
+    return {0, pttl, first[1] .. '|' .. since .. '|0|' .. record, ahead}
   end
 end
-return {0, pttl, false}
+return {0, pttl, false, ahead}

@@ -1,8 +1,8 @@
 -- permit_release: give a semaphore's permit back. While waiters are queued, each permit that is
 -- free now goes straight to the first live waiter (direct handoff, as release.lua does for a
 -- lock), first come first served: several at once when several are free (a holder's lease
--- ended meanwhile). A handed permit's lease is short (HANDOFF_MS at most) until its new holder
--- lengthens it.
+-- ended meanwhile). A handed permit's lease is short until its new holder lengthens it:
+-- HANDOFF_MS at most, never past the waiter's liveness deadline (handoff_ms()).
 --
 -- KEYS[1]  the holders (a sorted set, see permit_acquire.lua)
 -- KEYS[2]  their owner records
@@ -50,7 +50,7 @@ while head do
     redis.call('LPOP', KEYS[3])
     redis.call('HDEL', KEYS[4], head)
     local wanted = tonumber(string.sub(record, 1, string.find(record, '|', 1, true) - 1))
-    local ms = math.min(duration(wanted), HANDOFF_MS)
+    local ms = handoff_ms(wanted, tonumber(deadline), now)
     redis.call('HSET', KEYS[2], head, now .. '|' .. limit .. '|' .. record)
     redis.call('ZADD', KEYS[1], now + ms, head)
     held, handed = held + 1, true

@@ -1,7 +1,8 @@
 -- release: end our hold. When waiters are queued, the lease goes straight to the first live
 -- one (direct handoff): the release writes its lease and wakes it, so it enters with no round
--- trip of its own. The handed lease is short (HANDOFF_MS at most) until the new holder
--- lengthens it, so a waiter that died just before its turn holds nobody up for long.
+-- trip of its own. The handed lease is short until the new holder lengthens it: HANDOFF_MS at
+-- most, and never past the waiter's liveness deadline (handoff_ms()), so a waiter that died
+-- just before its turn holds nobody up for longer than the queue counts it alive.
 --
 -- KEYS[1]  the lease
 -- KEYS[2]  the queue
@@ -42,14 +43,15 @@ if head then
       local first = string.find(entry, '|', 1, true)
       local second = string.find(entry, '|', first + 1, true)
       local flags, record = string.sub(entry, first + 1, second - 1), string.sub(entry, second + 1)
-      if tonumber(string.sub(entry, 1, first - 1)) >= now then
+      local deadline = tonumber(string.sub(entry, 1, first - 1))
+      if deadline >= now then
         local fence = '0'
         if string.find(flags, 'f', 1, true) then
           local _, _, previous = lease_fields(value)
           fence = string.format('%.0f', math.max(micros, tonumber(previous) + 1))
         end
         local wanted = tonumber(string.sub(record, 1, string.find(record, '|', 1, true) - 1))
-        local ms = math.min(duration(wanted), HANDOFF_MS)
+        local ms = handoff_ms(wanted, deadline, now)
         redis.call('SET', KEYS[1], head .. '|' .. now .. '|' .. fence .. '|' .. record, 'PX', ms)
         local finished = '0'
         if wants_result(flags) and done(flags, redis.call('GET', KEYS[5]), head) then
