@@ -61,7 +61,7 @@ class Lock(Leased):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Lock:
         # Before __init__'s own TypeError: say which of our options another library's is.
-        check_names(kwargs, "Lock()", takes=LOCK_OPTIONS)
+        check_names(kwargs, "Lock()", takes=_KEYWORDS)
         return super().__new__(cls)
 
     def __init__(
@@ -149,5 +149,7 @@ class Lock(Leased):
             raise self._backend_error("read", exc) from exc
 
 
-# The options Lock takes, which @lock(name, **options) and the others pass on to it.
-LOCK_OPTIONS = keyword_names(Lock.__init__) - {"name"}
+# What Lock() takes by name (name too: Lock(name="x"), as redis-py's and python-redis-lock's
+# callers write), and the options of them that @lock(name, **options) and the others pass on.
+_KEYWORDS = keyword_names(Lock.__init__)
+LOCK_OPTIONS = _KEYWORDS - {"name"}

@@ -59,7 +59,8 @@ MAX_LIMIT = 10_000
 class Semaphore(Leased):
     """At most ``limit`` holders of ``name`` at once.
 
-    ``limit``: how many permits (1 to 10,000). The other options are a ``Lock``'s:
+    ``limit``: how many permits (1 to 10,000), by name or second (``Semaphore("pdf", 4)``, as
+    ``threading.Semaphore(4)``). The other options are a ``Lock``'s:
     ``timeout`` (the lease of each permit, in seconds; not given: ``DJANGO_REDIS_LOCK_TIMEOUT``,
     renewed in the background while held), ``wait`` (the longest wait for a permit; default
     ``DJANGO_REDIS_LOCK_WAIT``, ``0`` never blocks), ``auto_renew``, ``label`` and ``using`` (a
@@ -69,14 +70,14 @@ class Semaphore(Leased):
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Semaphore:
-        check_names(kwargs, "Semaphore()", takes=SEMAPHORE_OPTIONS)
+        check_names(kwargs, "Semaphore()", takes=_KEYWORDS)
         return super().__new__(cls)
 
     def __init__(
         self,
         name: str,
-        *,
         limit: int,
+        *,
         timeout: float | None = None,
         wait: float | None = None,
         auto_renew: bool | None = None,
@@ -225,8 +226,11 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-# The options Semaphore takes, which @semaphore(name, limit=..., **options) passes on to it.
-SEMAPHORE_OPTIONS = keyword_names(Semaphore.__init__) - {"name"}
+# What Semaphore() takes by name (name and limit too: Semaphore(name="x", limit=2), as
+# threading.Semaphore and the other libraries' callers write), and the options of them that
+# @semaphore(name, limit=..., **options) passes on to it.
+_KEYWORDS = keyword_names(Semaphore.__init__)
+SEMAPHORE_OPTIONS = _KEYWORDS - {"name"}
 
 
 def semaphore(name: str | Callable[..., str], *, limit: int, **options: Any) -> Callable[[F], F]:

@@ -110,6 +110,19 @@ def test_force_release_only_deletes_the_lease_that_was_shown(redis_client):
     assert not second.locked()
 
 
+def test_a_name_with_a_lone_surrogate_is_listed_and_released_by_that_name(redis_client):
+    """Python str may hold a lone surrogate (from surrogateescape'd file names, say): the key is
+    made of it with surrogatepass, and the record must be read back the same way."""
+    name = "a\ud800b"
+    lock = Lock(name, timeout=30, label="odd")
+    assert lock.acquire(wait=0)
+    [listed] = [info for info in registry.iter_locks() if info.label == "odd"]
+    assert listed.name == name
+    assert registry.get_lock(name).name == name
+    assert registry.force_release(listed.name, listed.token) is True
+    assert not lock.locked()
+
+
 def test_force_release_is_reported_to_the_former_holder_and_wakes_a_waiter(redis_client, settings):
     settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
     released = []

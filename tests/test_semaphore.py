@@ -355,3 +355,16 @@ def test_decorator_holds_a_permit_per_call(redis_client):
         semaphore("x", limit=2, blocking=True)
     with pytest.raises(ValueError, match="limit"):
         semaphore("x", limit=0)
+
+
+def test_name_and_limit_by_keyword_or_position(redis_client):
+    """As redis-py's and python-redis-lock's callers write (name=), and as threading.Semaphore
+    takes its value (second, positionally)."""
+    by_name = Semaphore(name="spelled", limit=1)
+    by_position = Semaphore("spelled", 1)
+    assert (by_name.name, by_name.limit) == (by_position.name, by_position.limit) == ("spelled", 1)
+    assert by_name.acquire(wait=0)
+    assert not by_position.acquire(wait=0)  # one and the same semaphore
+    by_name.release()
+    with pytest.raises(TypeError, match="limit"):
+        Semaphore("spelled", 1, 5)  # the options stay keyword-only  # type: ignore[misc]

@@ -41,6 +41,7 @@ __all__ = [
     "job_of",
     "reservation_token",
     "takeover_prefixes",
+    "text_of",
 ]
 
 
@@ -203,9 +204,22 @@ def encode_lease(token: str, since_ms: int, fence: int, record: str) -> str:
     return f"{token}|{since_ms}|{fence}|{record}"
 
 
+def text_of(value: bytes | str) -> str:
+    """A value of ours as text. Names may hold lone surrogates (a Python str may), which the
+    wire sends with ``surrogatepass`` (``commands.pack``): read them back the same way, or the
+    name read back is not the name (another key, and nothing found by it). Bytes that are no
+    UTF-8 at all (not written by us) are kept readable, escaped."""
+    if not isinstance(value, bytes):
+        return value
+    try:
+        return value.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return value.decode("utf-8", "surrogateescape")
+
+
 def decode_lease(value: bytes | str) -> Lease:
     """Raises ``ValueError`` for a value that is not a lease of ours."""
-    text = value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+    text = text_of(value)
     parts = text.split("|", 3)
     if len(parts) != 4 or not parts[0]:
         raise ValueError("not a lease: expected token|since|fence|record")

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .lease import text_of
+
 __all__ = ["NEXT_WAITERS", "Permit", "PermitKeys", "decode_permit"]
 
 # A grant's message names the first waiters of the queue after it, at most this many: the
@@ -99,7 +101,7 @@ class Permit:
 def decode_permit(token: bytes | str, entry: bytes | str) -> Permit:
     """Raises ``ValueError`` for an entry this module did not write."""
     token = token.decode() if isinstance(token, bytes) else token
-    text = entry.decode("utf-8", "surrogateescape") if isinstance(entry, bytes) else entry
+    text = text_of(entry)
     parts = text.split("|", 2)
     if len(parts) != 3:
         raise ValueError("not a permit: expected since|limit|record")
