@@ -17,7 +17,7 @@ from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.template.response import SimpleTemplateResponse
 
-from . import durations, replays, submissions
+from . import drf, durations, replays, submissions
 from .conf import lock_settings
 from .exceptions import LockBackendError, LockNotOwned
 from .hints import hinted
@@ -130,6 +130,8 @@ class _SubmissionGuard:
         if response.status_code >= 500:
             return None
         if isinstance(response, SimpleTemplateResponse) and not response.is_rendered:
+            if drf.unfinalized(response):  # a DRF Response outside a DRF view: no renderer
+                return submissions.Finished(submission.fingerprint)
             response.render()  # its content is what a duplicate must get
         return submissions.Finished.of(
             response, submission.fingerprint, replay=submission.replayable,
@@ -205,7 +207,8 @@ def prevent_double_submit(
     seconds after it finished they get its response replayed (``Idempotent-Replayed: true``),
     or 409 when it cannot be replayed. With ``idempotency_header="Idempotency-Key"`` a request
     carrying that header is identified by it instead (kept ``idempotency_ttl`` seconds; a
-    different payload under a used key gets 422).
+    different payload under a used key gets 422). On Django REST framework, decorate the
+    handler (``method_decorator`` on an ``APIView`` or ``ViewSet``, or below ``@api_view``).
     """
     Lock("validate-options", wait=wait, timeout=timeout)
     submissions.key_function(key)  # a bad key fails here, at import time, not per request
@@ -236,7 +239,10 @@ def prevent_double_submit(
                     return await refusal if asyncio.iscoroutine(refusal) else refusal
                 result = None
                 try:
-                    response = await view(request, *args, **kwargs)
+                    # As below (adrf's async DRF views have the same finalize_response).
+                    response = drf.finalized(
+                        request, await view(request, *args, **kwargs), args, kwargs
+                    )
                     finished = guard.result_of(response, submission)
                     result = await sync_to_async(guard.kept, thread_sensitive=False)(
                         finished, submission
@@ -262,7 +268,9 @@ def prevent_double_submit(
                 return guard.refuse(request, submission, claim)
             result = None
             try:
-                response = view(request, *args, **kwargs)
+                # A DRF handler's Response gets its renderer here, not after us: it is rendered
+                # and kept for duplicates before APIView.dispatch sees it.
+                response = drf.finalized(request, view(request, *args, **kwargs), args, kwargs)
                 result = guard.kept(guard.result_of(response, submission), submission)
                 return response
             finally:
