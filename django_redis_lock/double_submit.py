@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.template.response import SimpleTemplateResponse
 
 from . import drf, durations, replays, submissions
@@ -22,6 +22,7 @@ from .conf import lock_settings
 from .exceptions import LockBackendError, LockNotOwned
 from .hints import hinted
 from .locks import Claim, Lock
+from .negotiation import wants_json
 
 __all__ = ["prevent_double_submit"]
 
@@ -158,13 +159,26 @@ class _SubmissionGuard:
             finished = finished.without_body()
         return finished.dumps()
 
-    @staticmethod
-    def unavailable(request: HttpRequest, error: LockBackendError) -> HttpResponse | None:
-        """Redis is unreachable: None lets the view run unprotected (FAIL_OPEN), else a 503."""
+    def unavailable(self, request: HttpRequest, error: LockBackendError) -> HttpResponse | None:
+        """Redis is unreachable: None lets the view run unprotected (FAIL_OPEN), else a 503,
+        in JSON for the clients the duplicate-submission view answers in JSON."""
         if lock_settings.FAIL_OPEN:
-            logger.warning("Running %s without double-submit protection: %s", request.path, error)
+            logger.warning(
+                "Running %s (%s) without double-submit protection: %s", self.group,
+                request.path, error,
+            )  # fmt: skip
             return None
-        response = HttpResponse("Service unavailable, please try again.", status=503)
+        # The one trace of the refusal: the lock itself logs nothing when it cannot reach Redis.
+        logger.warning(
+            "Answering 503 to a submission to %s (%s), Redis is unavailable: %s",
+            self.group, request.path, error,
+        )  # fmt: skip
+        detail = "Service unavailable, please try again."
+        response: HttpResponse
+        if wants_json(request):
+            response = JsonResponse({"error": "service_unavailable", "detail": detail}, status=503)
+        else:
+            response = HttpResponse(detail, status=503, content_type="text/plain; charset=utf-8")
         response.headers["Retry-After"] = "5"
         return response
 

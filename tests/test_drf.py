@@ -15,6 +15,7 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from django_redis_lock import lock_contended
+from tests.conftest import django_redis_caches
 from tests.helpers import wait_until
 from tests.testapp import views
 from tests.testapp.drf_views import StreamParser
@@ -168,6 +169,21 @@ def test_a_waiting_duplicate_gets_the_first_response(caplog):
     assert statuses == [201, 201, 201]
     assert all(response.content == first.content for response in duplicates)
     assert all(response["Idempotent-Replayed"] == "true" for response in duplicates)
+
+
+@each_view
+def test_redis_down_answers_503_json_from_inside_drf(settings, caplog, path, name, group):
+    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")  # nothing listens there
+    response = post(path, HTTP_ACCEPT="application/json")
+    assert response.status_code == 503
+    assert response.json()["error"] == "service_unavailable"
+    assert response["Retry-After"] == "5"
+    assert views.runs == {}
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "django_redis_lock"]
+    assert warning.startswith(
+        f"Answering 503 to a submission to tests.testapp.{group} ({path}), Redis is unavailable"
+    )
+    assert "ConnectionError" in warning
 
 
 def test_our_modules_import_without_drf_and_never_import_it():
