@@ -14,14 +14,15 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.template.response import SimpleTemplateResponse
 
-from . import durations, replays, submissions
+from . import drf, durations, replays, submissions
 from .conf import lock_settings
 from .exceptions import LockBackendError, LockNotOwned
 from .hints import hinted
 from .locks import Claim, Lock
+from .negotiation import wants_json
 
 __all__ = ["prevent_double_submit"]
 
@@ -130,6 +131,8 @@ class _SubmissionGuard:
         if response.status_code >= 500:
             return None
         if isinstance(response, SimpleTemplateResponse) and not response.is_rendered:
+            if drf.unfinalized(response):  # a DRF Response outside a DRF view: no renderer
+                return submissions.Finished(submission.fingerprint)
             response.render()  # its content is what a duplicate must get
         return submissions.Finished.of(
             response, submission.fingerprint, replay=submission.replayable,
@@ -156,13 +159,26 @@ class _SubmissionGuard:
             finished = finished.without_body()
         return finished.dumps()
 
-    @staticmethod
-    def unavailable(request: HttpRequest, error: LockBackendError) -> HttpResponse | None:
-        """Redis is unreachable: None lets the view run unprotected (FAIL_OPEN), else a 503."""
+    def unavailable(self, request: HttpRequest, error: LockBackendError) -> HttpResponse | None:
+        """Redis is unreachable: None lets the view run unprotected (FAIL_OPEN), else a 503,
+        in JSON for the clients the duplicate-submission view answers in JSON."""
         if lock_settings.FAIL_OPEN:
-            logger.warning("Running %s without double-submit protection: %s", request.path, error)
+            logger.warning(
+                "Running %s (%s) without double-submit protection: %s", self.group,
+                request.path, error,
+            )  # fmt: skip
             return None
-        response = HttpResponse("Service unavailable, please try again.", status=503)
+        # The one trace of the refusal: the lock itself logs nothing when it cannot reach Redis.
+        logger.warning(
+            "Answering 503 to a submission to %s (%s), Redis is unavailable: %s",
+            self.group, request.path, error,
+        )  # fmt: skip
+        detail = "Service unavailable, please try again."
+        response: HttpResponse
+        if wants_json(request):
+            response = JsonResponse({"error": "service_unavailable", "detail": detail}, status=503)
+        else:
+            response = HttpResponse(detail, status=503, content_type="text/plain; charset=utf-8")
         response.headers["Retry-After"] = "5"
         return response
 
@@ -205,7 +221,8 @@ def prevent_double_submit(
     seconds after it finished they get its response replayed (``Idempotent-Replayed: true``),
     or 409 when it cannot be replayed. With ``idempotency_header="Idempotency-Key"`` a request
     carrying that header is identified by it instead (kept ``idempotency_ttl`` seconds; a
-    different payload under a used key gets 422).
+    different payload under a used key gets 422). On Django REST framework, decorate the
+    handler (``method_decorator`` on an ``APIView`` or ``ViewSet``, or below ``@api_view``).
     """
     Lock("validate-options", wait=wait, timeout=timeout)
     submissions.key_function(key)  # a bad key fails here, at import time, not per request
@@ -236,7 +253,10 @@ def prevent_double_submit(
                     return await refusal if asyncio.iscoroutine(refusal) else refusal
                 result = None
                 try:
-                    response = await view(request, *args, **kwargs)
+                    # As below (adrf's async DRF views have the same finalize_response).
+                    response = drf.finalized(
+                        request, await view(request, *args, **kwargs), args, kwargs
+                    )
                     finished = guard.result_of(response, submission)
                     result = await sync_to_async(guard.kept, thread_sensitive=False)(
                         finished, submission
@@ -262,7 +282,9 @@ def prevent_double_submit(
                 return guard.refuse(request, submission, claim)
             result = None
             try:
-                response = view(request, *args, **kwargs)
+                # A DRF handler's Response gets its renderer here, not after us: it is rendered
+                # and kept for duplicates before APIView.dispatch sees it.
+                response = drf.finalized(request, view(request, *args, **kwargs), args, kwargs)
                 result = guard.kept(guard.result_of(response, submission), submission)
                 return response
             finally:

@@ -18,7 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http.request import RawPostDataException
 from django.utils.module_loading import import_string
+
+from . import drf
 
 __all__ = [
     "ALL",
@@ -129,7 +132,9 @@ def client_identity(request: HttpRequest, key: KeyFunction) -> str | None:
 
 
 def request_fingerprint(request: HttpRequest) -> str:
-    """A hash of what is submitted: method, path, query, form fields and uploaded files.
+    """A hash of what is submitted: method, path, query, form fields and uploaded files, or
+    the body (JSON...). ``request`` may be Django REST framework's ``Request`` (whose ``POST``
+    and ``FILES`` are what its parsers read).
 
     From ``request.POST`` and ``request.FILES``, not ``request.body``: once the CSRF middleware
     has read a multipart ``POST``, ``request.body`` can no longer be read.
@@ -155,9 +160,19 @@ def request_fingerprint(request: HttpRequest) -> str:
                     file_hash.update(chunk)
                 upload.seek(0)  # the view reads it next
                 feed(name, upload.name or "", str(upload.size), file_hash.hexdigest())
-    else:  # JSON and other bodies: the body itself is readable here
-        feed(request.body)
+    else:  # JSON and other bodies
+        feed(_body(request))
     return digest.hexdigest()
+
+
+def _body(request: HttpRequest) -> bytes:
+    """The body as received; of a DRF request whose parsers read it already, what they parsed."""
+    try:
+        return request.body
+    except RawPostDataException:
+        if not drf.is_request(request):
+            raise
+        return drf.parsed_body(request)
 
 
 def submission_lock_name(group: str, *parts: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 
+from .negotiation import wants_json
 from .submissions import DuplicateSubmission
 
 __all__ = ["duplicate_submission"]
@@ -14,7 +15,7 @@ __all__ = ["duplicate_submission"]
 
 def duplicate_submission(request: HttpRequest, exception: DuplicateSubmission) -> HttpResponse:
     response: HttpResponse
-    if request.accepts("text/html") and not _prefers_json(request):
+    if not wants_json(request):
         html = render_to_string(
             "django_redis_lock/duplicate_submission.html",
             {"exception": exception, "status": exception.status},
@@ -28,8 +29,3 @@ def duplicate_submission(request: HttpRequest, exception: DuplicateSubmission) -
     if exception.retry_after is not None:
         response.headers["Retry-After"] = str(exception.retry_after)
     return response
-
-
-def _prefers_json(request: HttpRequest) -> bool:
-    accept = request.headers.get("Accept", "")
-    return "json" in accept and "html" not in accept

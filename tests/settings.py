@@ -21,6 +21,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django_redis_lock",
     "tests.testapp",
+    "rest_framework",  # @prevent_double_submit on Django REST framework's views (test_drf.py)
 ]
 
 # Django's tasks framework (the django-tasks backport before Django 6.0): tasks guarded by

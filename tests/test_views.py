@@ -20,7 +20,7 @@ from django.test import AsyncClient, Client
 
 from django_redis_lock import aclose_async_redis_clients, lock_contended, prevent_double_submit
 from tests.conftest import django_redis_caches
-from tests.helpers import wait_until
+from tests.helpers import run_async, wait_until
 from tests.testapp import views
 
 CLIENT = {"HTTP_X_CLIENT": "client-1"}
@@ -283,11 +283,35 @@ def test_disabled(settings):
     assert views.runs["stream"] == 2
 
 
-def test_redis_down_fails_closed_with_503(settings):
-    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
-    response = post("/order/")
+@pytest.mark.parametrize("view", ["order", "async_order"])
+@pytest.mark.parametrize("accept", ["application/json", "text/html", None])
+def test_redis_down_fails_closed_with_503(settings, caplog, view, accept):
+    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")  # nothing listens there
+    path = "/" + view.replace("_", "-") + "/"
+    headers = {"X-Client": "client-1", **({"Accept": accept} if accept else {})}
+    with caplog.at_level(logging.DEBUG, logger="django_redis_lock"):
+        if view.startswith("async"):
+            response = run_async(AsyncClient().post(path, {"item": "book"}, headers=headers))
+        else:
+            response = Client().post(path, {"item": "book"}, headers=headers)
     assert response.status_code == 503
-    assert views.runs["order"] == 0
+    assert response["Retry-After"] == "5"
+    if accept == "application/json":  # as the 409 answers JSON clients
+        assert response["Content-Type"] == "application/json"
+        assert json.loads(response.content)["error"] == "service_unavailable"
+    else:
+        assert response["Content-Type"] == "text/plain; charset=utf-8"
+        assert response.content == b"Service unavailable, please try again."
+    assert sum(views.runs.values()) == 0
+    # Once, naming the view and the error (the lock itself logs nothing when Redis is down).
+    [warning] = [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "django_redis_lock" and record.levelno >= logging.WARNING
+    ]
+    assert f"Answering 503 to a submission to tests.testapp.views.{view} ({path})" in warning
+    assert "ConnectionError" in warning
+    assert "127.0.0.1:1" in warning
 
 
 def test_redis_down_fails_open_when_configured(settings, caplog):

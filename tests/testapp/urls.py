@@ -1,7 +1,11 @@
 from django.contrib import admin
 from django.urls import path
+from rest_framework.routers import SimpleRouter
 
-from . import views
+from . import drf_views, views
+
+router = SimpleRouter()
+router.register("api/orders", drf_views.OrderViewSet, basename="orders")
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -19,4 +23,9 @@ urlpatterns = [
     path("decorated/", views.DecoratedView.as_view()),
     path("mixin/", views.MixinView.as_view()),
     path("async-mixin/", views.AsyncMixinView.as_view()),
+    path("api/order/", drf_views.api_order),
+    path("api/order-view/", drf_views.OrderAPIView.as_view()),
+    path("api/patient/", drf_views.PatientAPIView.as_view()),
+    path("api/session-order/", drf_views.SessionOrderAPIView.as_view()),
+    *router.urls,
 ]
