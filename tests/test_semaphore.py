@@ -366,5 +366,5 @@ def test_name_and_limit_by_keyword_or_position(redis_client):
     assert by_name.acquire(wait=0)
     assert not by_position.acquire(wait=0)  # one and the same semaphore
     by_name.release()
-    with pytest.raises(TypeError, match="limit"):
+    with pytest.raises(TypeError, match="positional"):
         Semaphore("spelled", 1, 5)  # the options stay keyword-only  # type: ignore[misc]
