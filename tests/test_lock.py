@@ -546,3 +546,11 @@ def test_failed_release_keeps_the_token_for_a_retry(settings, redis_server_facto
     lock.release()
     assert lock.token is None
     assert not redis.Redis.from_url(server.url).exists(lease_key("retry-release"))
+
+
+def test_the_name_by_keyword_as_other_libraries_write_it(redis_client):
+    with Lock(name="by-keyword", timeout=10) as held:
+        assert held.name == "by-keyword"
+        assert redis_client.exists(lease_key("by-keyword"))
+    with pytest.raises(TypeError, match=r"'nmae'; it takes .*name="):
+        Lock(nmae="typo")  # type: ignore[call-arg]
