@@ -106,11 +106,12 @@ def run_then_wait(
     exact: bool = True,
     reply_timeout: float | None = None,
     if_silent: Callable[[], Sequence[Any]] | None = None,
-    at_most: Callable[[Any], float] | None = None,
+    after_first: Callable[[Any], float] | None = None,
 ) -> tuple[Any, Any]:
     """``command``, then :func:`wait_for_wake` on ``key``, in one round trip, on one server's
     client (not a Cluster's): returns ``(command's reply, what was popped or None)``.
-    ``at_most(reply)``: how long the wait may last, given the command's reply (cut short here).
+    ``after_first(reply)``: called with the command's reply as soon as it is read, before the
+    wait goes on: how long the wait may last, given that reply (cut short here).
 
     The waiting only makes sense when ``command`` left nothing to wait for otherwise (a queue
     join that took the lock pushes on ``key`` itself). An error of ``command`` is raised, and
@@ -136,8 +137,8 @@ def run_then_wait(
         except ResponseError:
             connection.disconnect()  # the BLPOP behind it is still pending
             raise
-        if at_most is not None:
-            client_timeout = min(client_timeout, at_most(reply))
+        if after_first is not None:
+            client_timeout = min(client_timeout, after_first(reply))
         try:
             if connection.can_read(timeout=client_timeout):
                 return reply, _popped(connection.read_response())
@@ -159,7 +160,7 @@ async def arun_then_wait(
     exact: bool = True,
     reply_timeout: float | None = None,
     if_silent: Callable[[], Sequence[Any]] | None = None,
-    at_most: Callable[[Any], float] | None = None,
+    after_first: Callable[[Any], float] | None = None,
 ) -> tuple[Any, Any]:
     """:func:`run_then_wait` for a ``redis.asyncio`` client (not a Cluster's); ``if_silent`` is
     also sent when the task is cancelled while it waits for ``command``'s reply."""
@@ -183,8 +184,8 @@ async def arun_then_wait(
             if isinstance(error, asyncio.TimeoutError):
                 raise no_reply(cast(float, reply_timeout)) from None
             raise
-        if at_most is not None:
-            client_timeout = min(client_timeout, at_most(reply))
+        if after_first is not None:
+            client_timeout = min(client_timeout, after_first(reply))
         try:
             popped = await asyncio.wait_for(connection.read_response(), client_timeout)
         except asyncio.TimeoutError:

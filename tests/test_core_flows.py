@@ -216,8 +216,8 @@ def test_a_block_sent_with_its_join_is_cut_when_the_holders_lease_ends_sooner():
     clock = Clock()
     flow = flows.acquire(plan(clock, first="join"))
     request = next(flow)
-    assert request.at_most([0, 120, False]) == pytest.approx(0.121)
-    assert request.at_most([1, "0", 10_000, ""]) == float("inf")  # taken: nothing to cut
+    assert request.after_first([0, 120, False]) == pytest.approx(0.121)
+    assert request.after_first([1, "0", 10_000, ""]) == float("inf")  # taken: nothing to cut
 
 
 def test_a_lease_handed_short_is_counted_until_our_liveness_deadline_at_least():
@@ -241,8 +241,8 @@ def test_a_waiter_looks_again_when_the_waiter_ahead_of_it_is_counted_dead():
     flow = flows.acquire(plan(clock, first="join"))
     first = next(flow)
     # Sent before anything was known, the first block is cut at that deadline by the backend.
-    assert first.at_most([0, 9000, False, 700]) == pytest.approx(0.701)
-    assert first.at_most([0, 9000, False, 0]) == pytest.approx(9.001)
+    assert first.after_first([0, 9000, False, 700]) == pytest.approx(0.701)
+    assert first.after_first([0, 9000, False, 0]) == pytest.approx(9.001)
     clock.now += 0.7
     request = flow.send(([0, 9000, False, 1200], None))  # queued behind a live waiter
     assert request.seconds == pytest.approx(0.501)
@@ -252,3 +252,17 @@ def test_a_waiter_looks_again_when_the_waiter_ahead_of_it_is_counted_dead():
     request = flow.send(([0, 8000, False, 0], None))  # nobody alive ahead: the usual cap
     assert request.seconds == flows.BLOCK_CAP
     assert not request.exact
+
+
+def test_a_waiter_is_reported_contended_as_soon_as_it_queues_not_after_its_block():
+    clock = Clock()
+    contended = []
+    flow = flows.acquire(
+        plan(clock, first="join", on_contended=lambda plan, holder: contended.append(holder))
+    )
+    request = next(flow)
+    assert request.after_first([0, 9000, HOLDER, 0]) == pytest.approx(9.001)
+    assert contended == [HOLDER]  # while the block still goes on
+    request.after_first([0, 8000, HOLDER, 0])
+    flow.send(([0, 8000, HOLDER, 0], None))
+    assert contended == [HOLDER]  # once

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from django_redis_lock import Lock, run_once
+from django_redis_lock import Lock, lock_contended, run_once
 from django_redis_lock.backends import backend_of
 from django_redis_lock.backends.server import ServerBackend
 from django_redis_lock.core import flows
@@ -302,3 +302,30 @@ def test_a_waiter_killed_in_line_holds_up_the_next_only_while_it_counts_as_alive
     finally:
         doomed.kill()
         doomed.join(10)
+
+
+def _take_and_release(name: str) -> None:
+    with Lock(name, wait=30):
+        pass
+
+
+def test_lock_contended_is_sent_when_the_waiter_queues(monkeypatch):
+    """Not when its first block ends (up to 2 s later): the contended metric and the admin's
+    waiters are read from it."""
+    monkeypatch.setattr(flows, "BLOCK_CAP", 60.0)  # a first block that would outlast the test
+    seen = threading.Event()
+
+    def on_contended(**kwargs: Any) -> None:
+        if kwargs["name"] == "queued-now":
+            seen.set()
+
+    lock_contended.connect(on_contended, weak=False, dispatch_uid="queued-now")
+    try:
+        with Lock("queued-now", timeout=60):
+            waiter = threading.Thread(target=_take_and_release, args=("queued-now",))
+            waiter.start()
+            assert seen.wait(10)  # the waiter is still blocked in its first block
+            assert waiter.is_alive()
+        waiter.join(10)
+    finally:
+        lock_contended.disconnect(dispatch_uid="queued-now")

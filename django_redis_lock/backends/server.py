@@ -76,8 +76,9 @@ def _silent(give_back: Eval | None) -> Callable[[], Sequence[Any]] | None:
 
 
 def shortened(request: Block, reply: Any) -> tuple[float, bool]:
-    """How long a block sent after ``request.first`` lasts, given its reply (``at_most``)."""
-    limit = request.at_most(reply) if request.at_most is not None else request.seconds
+    """How long a block sent after ``request.first`` lasts, given its reply: ``after_first``
+    is called with it (before the block, whose length it may shorten)."""
+    limit = request.after_first(reply) if request.after_first is not None else request.seconds
     if limit < request.seconds:
         return max(limit, 0.001), True
     return request.seconds, request.exact
@@ -209,7 +210,7 @@ class ServerBackend(Backend):
             try:
                 return run_then_wait(
                     self.client, command, request.key, request.seconds, exact=request.exact,
-                    reply_timeout=first.reply_timeout, if_silent=silent, at_most=request.at_most,
+                    reply_timeout=first.reply_timeout, if_silent=silent, after_first=request.after_first,
                 )  # fmt: skip
             except NoScriptError:
                 if attempt == 2:
@@ -288,7 +289,7 @@ class AsyncServerBackend(Backend):
             try:
                 return await arun_then_wait(
                     self.client, command, request.key, request.seconds, exact=request.exact,
-                    reply_timeout=first.reply_timeout, if_silent=silent, at_most=request.at_most,
+                    reply_timeout=first.reply_timeout, if_silent=silent, after_first=request.after_first,
                 )  # fmt: skip
             except NoScriptError:
                 if attempt == 2:

@@ -218,6 +218,16 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
     # may be handed to it, and then ends with its liveness, so we look again by then.
     ahead_until = math.inf
     queued = contended = False
+
+    def queued_now(reply: Any) -> float:
+        """A join sent with its block has answered (the block goes on): when it queued us,
+        say so now, not when the block ends, and tell how long the block may last."""
+        nonlocal contended
+        if not contended and int(reply[0]) == 0:
+            contended = True
+            plan.on_contended(plan, reply[2] or None)
+        return _until_it_matters(reply)
+
     try:
         while True:
             sent_at = clock()
@@ -247,7 +257,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 if together:
                     queued = True  # perhaps, from here on: an error leaves the line
                     reply, message = yield Block(
-                        keys.wake(token), block, exact, first=join, at_most=_until_it_matters
+                        keys.wake(token), block, exact, first=join, after_first=queued_now
                     )
                 else:
                     reply = yield _confirmed(plan, join)

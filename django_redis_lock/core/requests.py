@@ -57,15 +57,16 @@ class Block:
     """Block until something is pushed on ``key`` (the reply is what was popped) or
     ``seconds`` pass (None). ``exact``: the time matters (cut it to the millisecond).
     ``first``: a script to run just before, in the same round trip where the backend can; the
-    reply is then ``(its reply, what was popped)``. ``at_most``: given ``first``'s reply, how
-    long the block may last after all (e.g. until the holder's lease ends: the block is then cut
-    short, exactly)."""
+    reply is then ``(its reply, what was popped)``. ``after_first``: called with ``first``'s
+    reply as soon as it is read, before the block goes on: how long the block may last after
+    all (e.g. until the holder's lease ends: the block is then cut short, exactly). It may also
+    note what the reply says (that we now wait in line), which must not wait for the block."""
 
     key: str
     seconds: float
     exact: bool
     first: Eval | None = None
-    at_most: Callable[[Any], float] | None = None
+    after_first: Callable[[Any], float] | None = None
 
 
 @dataclass(slots=True)
