@@ -210,7 +210,8 @@ class ServerBackend(Backend):
             try:
                 return run_then_wait(
                     self.client, command, request.key, request.seconds, exact=request.exact,
-                    reply_timeout=first.reply_timeout, if_silent=silent, after_first=request.after_first,
+                    reply_timeout=first.reply_timeout, if_silent=silent,
+                    after_first=request.after_first,
                 )  # fmt: skip
             except NoScriptError:
                 if attempt == 2:
@@ -289,7 +290,8 @@ class AsyncServerBackend(Backend):
             try:
                 return await arun_then_wait(
                     self.client, command, request.key, request.seconds, exact=request.exact,
-                    reply_timeout=first.reply_timeout, if_silent=silent, after_first=request.after_first,
+                    reply_timeout=first.reply_timeout, if_silent=silent,
+                    after_first=request.after_first,
                 )  # fmt: skip
             except NoScriptError:
                 if attempt == 2:
