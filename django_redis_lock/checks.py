@@ -11,7 +11,8 @@ django_redis_lock.E005     a setting has a value out of range (zero or negative 
 django_redis_lock.E006     ``CONNECTION_FACTORY`` cannot be imported or is not callable
 django_redis_lock.E007     a ``QUORUMS`` name is also a cache alias (which one would it mean?)
 django_redis_lock.E008     a ``METRICS`` exporter whose package is not installed
-django_redis_lock.W001     an unknown ``DJANGO_REDIS_LOCK_*`` setting (a typo?)
+django_redis_lock.W001     an unknown ``DJANGO_REDIS_LOCK_*`` setting (a typo?), or one of ours
+                           under a misspelt prefix (``DJANGO_REDIS_LOCKS_TIMEOUT``)
 django_redis_lock.W002     (``--deploy``) a lock cache without a socket timeout
 =========================  =================================================================
 
@@ -55,8 +56,40 @@ def check_settings(
             messages.append(
                 Error(exc.message, hint=exc.hint or None, id=_SETTING_PROBLEM_IDS[exc.problem])
             )
-    messages.extend(_unknown_settings(name for name in dir(settings) if name.startswith(PREFIX)))
+    names = dir(settings)
+    messages.extend(_unknown_settings(name for name in names if name.startswith(PREFIX)))
+    messages.extend(_near_misses(name for name in names if not name.startswith(PREFIX)))
     return messages
+
+
+# How alike a name's start must be to our prefix to be taken for a misspelling of it
+# (DJANGO_REDIS_LOCKS_, DJANGO_REDISLOCK_: 0.97; django-redis' own DJANGO_REDIS_: 0.83).
+_NEAR_PREFIX = 0.85
+
+
+def _near_misses(names: Iterable[str]) -> list[CheckMessage]:
+    """Settings that are ours under a misspelt prefix (``DJANGO_REDIS_LOCKS_TIMEOUT``): a
+    prefix that keeps the word LOCK and is otherwise close to ours, before one of our names."""
+    ours = PREFIX.rstrip("_")
+    warnings: list[CheckMessage] = []
+    for name in sorted(names):
+        parts = name.split("_")
+        splits = [("_".join(parts[:i]), "_".join(parts[i:])) for i in range(1, len(parts))]
+        likeness, tail = max(
+            ((difflib.SequenceMatcher(None, head, ours).ratio(), tail) for head, tail in splits
+             if "LOCK" in head),
+            default=(0.0, ""),
+        )  # fmt: skip
+        close = _closest(tail) if likeness >= _NEAR_PREFIX else []
+        if close:
+            warnings.append(
+                CheckWarning(
+                    f"{name} is not a django-redis-lock setting and is ignored.",
+                    hint=f"Did you mean {PREFIX}{close[0]}?",
+                    id="django_redis_lock.W001",
+                )
+            )
+    return warnings
 
 
 def _closest(typo: str) -> list[str]:

@@ -123,7 +123,28 @@ def test_unknown_setting_without_close_match_lists_known_names(settings):
 def test_other_packages_settings_are_not_ours(settings):
     settings.DJANGO_REDIS_IGNORE_EXCEPTIONS = True
     settings.DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS = True
+    settings.DJANGO_REDIS_CONNECTION_FACTORY = "django_redis.pool.ConnectionFactory"
+    settings.DJANGO_REDIS_SCAN_ITERSIZE = 10
+    settings.REDIS_LOCK_TIMEOUT = 5  # not close enough to ours to be a misspelling of it
+    settings.LOCKDOWN_ENABLED = True
     assert our_messages() == []
+
+
+@pytest.mark.parametrize(
+    ("near_miss", "suggestion"),
+    [
+        ("DJANGO_REDIS_LOCKS_TIMEOUT", "DJANGO_REDIS_LOCK_TIMEOUT"),
+        ("DJANGO_REDISLOCK_WAIT", "DJANGO_REDIS_LOCK_WAIT"),
+        ("DJANGO_REDIS_LOCKS_FAILOPEN", "DJANGO_REDIS_LOCK_FAIL_OPEN"),
+        ("DJANGO_REDIS_LOCKING_KEY_PREFIX", "DJANGO_REDIS_LOCK_KEY_PREFIX"),
+    ],
+)
+def test_a_misspelt_prefix_warns_as_a_typo_does(settings, near_miss, suggestion):
+    setattr(settings, near_miss, 1)
+    [message] = our_messages()
+    assert message.id == "django_redis_lock.W001"
+    assert message.msg == f"{near_miss} is not a django-redis-lock setting and is ignored."
+    assert message.hint == f"Did you mean {suggestion}?"
 
 
 # -- cache: E001 missing alias, E002 not Redis, E003 ShardClient -----------------------------
