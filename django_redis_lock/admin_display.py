@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 from django.http import HttpRequest
 
 from .census import Entry
+from .durations import readable
 from .records import LockInfo
 
 __all__ = ["LIST_ORDERS", "age", "duration", "entry_rows", "query_string", "refresh_seconds"]
@@ -38,13 +39,10 @@ def query_string(**params: Any) -> str:
 
 
 def duration(value: float | None) -> str:
-    """Seconds as ``1h 02m`` or ``3m 07s`` ("?": unknown)."""
+    """A time something has been held, in whole seconds, as ``1h 2m 7s`` ("?": unknown)."""
     if value is None:
         return "?"
-    seconds = max(0, int(value))
-    minutes, seconds = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {seconds:02d}s"
+    return readable(max(0, int(value)))
 
 
 def age(info: LockInfo) -> str:
@@ -57,7 +55,7 @@ def age(info: LockInfo) -> str:
 def entry_rows(entries: list[Entry]) -> list[tuple[Entry, str, str]]:
     """Each entry with how long it has been held and how long its lease has left, as text."""
     return [
-        (entry, duration(entry.held_for), "never" if entry.ends_in == math.inf else
-         f"{entry.ends_in:.1f} s")
+        (entry, duration(entry.held_for),
+         "never" if entry.ends_in == math.inf else readable(entry.ends_in))
         for entry in entries
     ]  # fmt: skip

@@ -22,6 +22,8 @@ from redis.exceptions import AskError, MovedError, RedisClusterException, RedisE
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import SentinelConnectionPool
 
+from .durations import readable
+
 __all__ = [
     "aborrowed",
     "adrop_stale_connections",
@@ -147,7 +149,7 @@ def _default_socket_timeout(connection_class: type) -> float | None:
 
 
 def no_reply(reply_timeout: float) -> RedisTimeoutError:
-    return RedisTimeoutError(f"Redis did not answer within {reply_timeout:.3g}s")
+    return RedisTimeoutError(f"Redis did not answer within {readable(reply_timeout)}")
 
 
 def execute(

@@ -10,6 +10,9 @@ that a duration Redis would refuse can never leave a half-written key behind:
 - a duration that becomes a key's expiry is at least :data:`MIN_SECONDS` (1 ms, the unit
   Redis keeps it in), and is sent rounded to the nearest millisecond;
 - a wait may be ``0`` (do not wait) and, where allowed, ``float("inf")`` (wait for ever).
+
+And :func:`readable`: how a duration is shown to people, in our exceptions and log lines, by
+``manage.py redis_locks``, and in the admin's ages and Hot locks.
 """
 
 from __future__ import annotations
@@ -18,10 +21,19 @@ import math
 from numbers import Real
 from typing import Any, cast
 
-__all__ = ["MAX_SECONDS", "MIN_SECONDS", "clock_allowance", "milliseconds", "seconds"]
+__all__ = [
+    "MAX_SECONDS",
+    "MIN_SECONDS",
+    "clock_allowance",
+    "milliseconds",
+    "readable",
+    "seconds",
+]
 
 MAX_SECONDS = 365 * 24 * 3600
 MIN_SECONDS = 0.001
+
+_DAY = 24 * 3600
 
 
 def seconds(value: Any, what: str, *, wait: bool = False, allow_inf: bool = False) -> float:
@@ -69,3 +81,37 @@ def clock_allowance(lease: float) -> float:
     Redis server's clock may run a little faster than ours (Redlock's 1 %, plus 2 ms for the
     time we take to act on an answer)."""
     return lease * 0.01 + 0.002
+
+
+def readable(value: float) -> str:
+    """``value`` seconds as people read a duration: ``"250ms"``, ``"59.5s"``, ``"1m 30s"``,
+    ``"1h 1m"``, ``"1d 1h 1m"``. Under a minute, three significant digits (two decimals at
+    most); then whole seconds, and from a day on whole minutes (three units at most).
+    ``float("inf")`` is ``"for ever"``. Never powers of ten, as ``f"{3600:.3g}s"`` gives
+    (``"3.6e+03s"``)."""
+    if not math.isfinite(value):
+        return "for ever" if value > 0 else repr(value)  # -inf, nan: a bug, shown as it is
+    if value < 0:
+        return f"-{readable(-value)}"
+    if value == 0:
+        return "0s"
+    # Each unit's text is rounded first: 0.9996 s is "1s", not "1000ms"; 59.97 s is "1m".
+    milliseconds = _significant(value * 1000)
+    if float(milliseconds) < 1000:
+        return f"{milliseconds}ms"
+    text = _significant(value)
+    if float(text) < 60:
+        return f"{text}s"
+    whole = round(value) if value < _DAY else round(value / 60) * 60
+    days, rest = divmod(whole, _DAY)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = zip((days, hours, minutes, secs), "dhms", strict=True)
+    return " ".join(f"{count}{unit}" for count, unit in parts if count)
+
+
+def _significant(value: float) -> str:
+    """``value`` with three significant digits below 1000 (two decimals at most), and no
+    trailing zeros: 2.50 is "2.5", 30.0 is "30"."""
+    text = f"{value:.{2 if value < 10 else 1 if value < 100 else 0}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text

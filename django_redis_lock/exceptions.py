@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from .durations import readable
+
 __all__ = [
     "DuplicateTask",
     "LockBackendError",
@@ -54,7 +56,7 @@ class LockNotAcquired(LockError):
     def _describe(self, name: str) -> str:
         message = f"Could not acquire lock {name!r}"
         if self.waited is not None:
-            message += f" within {self.waited:.3g}s"
+            message += f" within {readable(self.waited)}"
         if self.owner:
             holder = "/".join(
                 str(self.owner[part]) for part in ("host", "pid", "thread") if part in self.owner
@@ -67,7 +69,7 @@ class LockNotAcquired(LockError):
                 since = datetime.fromtimestamp(self.owner["acquired_at"], tz=timezone.utc)
                 message += f" since {since:%Y-%m-%d %H:%M:%S} UTC"
         if self.ttl is not None:
-            message += f", lease ends in {self.ttl:.3g}s"
+            message += f", lease ends in {readable(self.ttl)}"
         return message
 
 
@@ -129,5 +131,5 @@ class DuplicateTask(LockNotAcquired):
         message += f" (guard key {name!r})"
         if self.ttl is not None:
             ends = "unless it starts" if self.queued else "unless renewed"
-            message += f"; its hold ends in {self.ttl:.3g}s {ends}"
+            message += f"; its hold ends in {readable(self.ttl)} {ends}"
         return message

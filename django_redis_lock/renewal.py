@@ -30,6 +30,7 @@ from .backends.server import SCRIPTS
 from .commands import execute, execute_many, node_client
 from .conf import lock_settings
 from .core.schedule import RenewedLease, Schedule
+from .durations import readable
 from .scripts import EXTEND, EXTEND_MANY
 
 __all__ = ["RenewedLease", "renewer"]
@@ -111,8 +112,8 @@ class _Renewer:
             for lease, reason in found.abandoned:
                 logger.warning(
                     "%s was acquired and never released: %s. It is no longer renewed, so "
-                    "it frees when its lease ends (%ss at most).",
-                    lease.name, reason, lease.lease,
+                    "it frees when its lease ends (%s at most).",
+                    lease.name, reason, readable(lease.lease),
                 )  # fmt: skip
             for lease in found.ended:
                 lease.on_lost(lease.unrenewed())

@@ -8,11 +8,13 @@ way, and whatever else wants to know (metrics) has one place to hook in.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Protocol
 
 from . import signals
 from .core.flows import Unconfirmed
 from .core.lease import decode_lease
+from .durations import readable
 from .exceptions import LockBackendError
 from .metrics import hub as metrics
 
@@ -69,8 +71,9 @@ def contended(lock: Reported, max_wait: float, holder: Any) -> None:
     owner = owner_of(holder, lock.name)
     described = owner or {}
     logger.info(
-        "Waiting up to %ss for lock %r held by %s/%s",
-        max_wait, lock.name, described.get("host", "?"), described.get("pid", "?"),
+        "Waiting %s for lock %r held by %s/%s",
+        "for ever" if max_wait == math.inf else f"up to {readable(max_wait)}", lock.name,
+        described.get("host", "?"), described.get("pid", "?"),
     )  # fmt: skip
     signals.lock_contended.send(
         sender=type(lock), lock=lock, name=lock.name, label=lock.label, owner=owner
@@ -85,7 +88,7 @@ def gave_up(lock: Reported, max_wait: float) -> None:
     if metrics.sinks:
         metrics.waited(lock, metrics.TIMED_OUT, max_wait)
     if max_wait > 0:
-        logger.info("Gave up on lock %r after waiting %ss", lock.name, max_wait)
+        logger.info("Gave up on lock %r after waiting %s", lock.name, readable(max_wait))
 
 
 def acquire_failed(lock: Reported, waited: float) -> None:
@@ -123,9 +126,9 @@ def lost(lock: Reported, held: float, reason: str) -> None:
     if metrics.sinks:
         metrics.lost(lock, reason)
     logger.error(
-        "Lost lock %r (label %r) after holding it %.3fs: %s. Work done under it may have "
+        "Lost lock %r (label %r) after holding it %s: %s. Work done under it may have "
         "overlapped another holder's.",
-        lock.name, lock.label, held, reason,
+        lock.name, lock.label, readable(held), reason,
     )  # fmt: skip
     signals.lock_lost.send(
         sender=type(lock), lock=lock, name=lock.name, label=lock.label, held=held,
@@ -159,7 +162,7 @@ def backend_error(
         return LockBackendError(
             f"Lock {name!r} was taken on the primary but only {exc.acknowledged} of "
             f"the {exc.replicas} replicas required (DJANGO_REDIS_LOCK_MIN_REPLICAS) "
-            f"confirmed it within {replica_timeout}s, so it was released "
+            f"confirmed it within {readable(replica_timeout)}, so it was released "
             "again: a failover now could have handed it to a second holder.",
             name=name,
         )

@@ -1,5 +1,7 @@
 """Task guards for Django's tasks framework (``django.tasks``; the ``django-tasks`` backport
-before Django 6.0): ``pip install django-redis-lock[tasks]``.
+before Django 6.0): ``pip install django-redis-lock[tasks]``. Without the framework this module
+still imports (Celery imports every installed app's ``tasks``), and using it says what to
+install.
 
 ``GuardedBackend`` wraps the backend that queues and runs the tasks, and ``@guarded(...)`` gives
 a task its guard (the same options as Celery's ``GuardedTask``, ``docs/tasks.md``)::
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import importlib.util
 import logging
 import time
 from collections.abc import Callable
@@ -42,23 +43,33 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from . import jobs, registry
+from . import task_framework as framework
 from . import task_guards as guards
 from .conf import lock_settings
 from .exceptions import LockBackendError
 from .hints import hinted
 
 # Django 6.0+ has django.tasks; before it, the django-tasks backport has the same API (typed
-# here as Django's).
-if TYPE_CHECKING or importlib.util.find_spec("django.tasks"):
+# here as Django's). Without either, stand-ins that refuse to be used (task_framework.py).
+if TYPE_CHECKING or framework.MODULE == "django.tasks":
     from django.tasks import task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskResult
     from django.tasks.exceptions import TaskResultDoesNotExist
-else:
+elif framework.MODULE == "django_tasks":
     from django_tasks import task_backends
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import Task, TaskContext, TaskResult
     from django_tasks.exceptions import TaskResultDoesNotExist
+else:
+    from .task_framework import (
+        BaseTaskBackend,
+        Task,
+        TaskContext,
+        TaskResult,
+        TaskResultDoesNotExist,
+        task_backends,
+    )
 
 __all__ = ["GuardedBackend", "guarded"]
 
@@ -85,6 +96,8 @@ def guarded(
     guard_using: str | None = None,
 ) -> Callable[[Task[Any, T]], Task[Any, T]]:
     """Give a task a guard (see the module docstring; the options are ``GuardedTask``'s)."""
+    if framework.MODULE is None:
+        raise framework.missing("@guarded(...)")
     options: dict[str, Any] = {
         "guard": guard, "guard_key": guard_key, "on_duplicate": on_duplicate,
         "guard_timeout": guard_timeout, "guard_queued_timeout": guard_queued_timeout,

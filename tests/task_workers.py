@@ -98,11 +98,12 @@ def redelivering(seconds: float) -> dict[str, float]:
 
 def celery_worker(
     log_path: Path, broker_url: str, redis_url: str, *, name: str = "w1", queue: str = "celery",
-    **env: str,
+    app: str = "tests.celery_app", **env: str,
 ) -> WorkerProcess:  # fmt: skip
-    """A Celery prefork worker of two processes consuming ``queue``, not started yet."""
+    """A Celery prefork worker of two processes of ``app`` consuming ``queue``, not started
+    yet."""
     command = [
-        sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
+        sys.executable, "-m", "celery", "-A", app, "worker",
         "--pool", "prefork", "--concurrency", "2", "--loglevel", "INFO",
         "--hostname", f"{name}@%h", "--queues", queue, "--without-gossip", "--without-mingle",
         "--without-heartbeat",

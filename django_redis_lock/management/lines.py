@@ -14,14 +14,16 @@ from django.core.management.base import CommandError
 
 from .. import semaphore_registry
 from ..census import Census, Entry
+from ..durations import readable
 from ..records import LockInfo
 
 
 def age(info: LockInfo) -> str:
-    """Seconds since ``info``'s holder took it ("?": unknown)."""
+    """How long since ``info``'s holder took it, in whole seconds ("?": unknown)."""
     if info.acquired_at is None:
         return "?"
-    return f"{max((datetime.now(timezone.utc) - info.acquired_at).total_seconds(), 0):.0f}s"
+    held = (datetime.now(timezone.utc) - info.acquired_at).total_seconds()
+    return readable(max(round(held), 0))
 
 
 def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
@@ -43,7 +45,7 @@ def semaphores(name: str | None, match: str | None, as_json: bool) -> tuple[list
         if as_json:
             return [json.dumps(info.as_dict(), indent=2, sort_keys=True)], ""
         holders = [
-            (holder.token, holder.label or "", holder.holder, age(holder), f"{holder.ttl:.1f}s")
+            (holder.token, holder.label or "", holder.holder, age(holder), readable(holder.ttl))
             for holder in info.holders
         ]
         summary = f"{info.name}: {len(info.holders)} of {info.limit} held, {info.waiting} waiting"
@@ -74,8 +76,8 @@ def _entry_row(entry: Entry) -> tuple[str, ...]:
     held = f"{entry.holders}/{entry.limit}" if entry.limit else str(entry.holders)
     return (
         entry.name, entry.kind, entry.group, held, str(entry.waiting),
-        "?" if entry.held_for is None else f"{entry.held_for:.0f}s",
-        "never" if entry.ends_in == math.inf else f"{entry.ends_in:.1f}s",
+        "?" if entry.held_for is None else readable(round(entry.held_for)),
+        "never" if entry.ends_in == math.inf else readable(entry.ends_in),
     )  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from ..commands import pack
+from ..durations import readable
 from ..scripts import Script
 
 __all__ = ["Broadcaster", "Replies", "Silent", "answered"]
@@ -212,7 +213,7 @@ class Broadcaster:
             for link, index in waiting.items():
                 link.owed += 1
                 link.silent_since = now
-                replies[index] = Silent(f"no answer within {now - started:.3g}s")
+                replies[index] = Silent(f"no answer within {readable(now - started)}")
         finally:
             for index, link in enumerate(links):
                 reply = replies.get(index)

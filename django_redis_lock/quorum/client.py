@@ -46,7 +46,7 @@ from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ..core.lease import LockKeys
-from ..durations import clock_allowance
+from ..durations import clock_allowance, readable
 from ..scripts import EXTEND, RELEASE, TAKE, Script
 from .broadcast import Broadcaster, Replies, Silent, answered
 
@@ -257,9 +257,9 @@ class QuorumClient:
                 raise self._unavailable("take", replies)
         if too_late:
             logger.warning(
-                "Quorum %s: no majority granted %s within its lease of %ss, less %.3fs for "
+                "Quorum %s: no majority granted %s within its lease of %s, less %s for "
                 "clock drift: given back. Quorum leases must be far longer than a round trip.",
-                self.name, key, lease, clock_allowance(lease),
+                self.name, key, readable(lease), readable(clock_allowance(lease)),
             )  # fmt: skip
         return replies
 

@@ -29,6 +29,7 @@ import logging
 from .. import jobs
 from ..claims import Claim
 from ..conf import lock_settings
+from ..durations import readable
 from ..exceptions import LockBackendError, LockNotOwned
 from .duplicates import IGNORE, Duplicate, decide, ignore_copy
 from .policy import RAISE, RESCHEDULE, GuardNames, TaskGuard
@@ -199,5 +200,5 @@ class GuardedRun:
     def _not_released(self, error: LockBackendError) -> None:
         logger.error(
             "Task %s: could not release its guard key (%s); it is free when its lease ends, "
-            "within %ss.", self.guard.task, error, self.guard.lease,
+            "within %s.", self.guard.task, error, readable(self.guard.lease),
         )  # fmt: skip

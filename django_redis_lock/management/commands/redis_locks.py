@@ -25,6 +25,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
 from django_redis_lock import census, registry
+from django_redis_lock.durations import readable
 from django_redis_lock.exceptions import LockBackendError
 from django_redis_lock.management import lines
 
@@ -109,7 +110,7 @@ class Command(BaseCommand):
             return
         rows = [
             (info.name, info.label or "", info.holder, _job(info), str(info.waiting),
-             lines.age(info), f"{info.ttl:.1f}s" if info.expires else "never",
+             lines.age(info), readable(info.ttl) if info.expires else "never",
              str(info.fencing_token or ""))
             for info in locks
         ]  # fmt: skip
