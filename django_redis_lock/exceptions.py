@@ -37,7 +37,9 @@ class LockNotAcquired(LockError):
     ``ttl`` is how many seconds the holder's lease had left when we gave up (``None`` if
     unknown), and ``owner`` the holder's owner record (host, pid, thread, label, and
     ``acquired_at``: seconds since the epoch by the Redis server's clock), so the message can
-    say who is in the way instead of just "timeout".
+    say who is in the way instead of just "timeout". ``by_caller``: the holder is the very
+    thread or asyncio task that asked, through another ``Lock`` object of the same name (a lock
+    that is not re-entrant waits for itself in vain).
     """
 
     def __init__(
@@ -47,16 +49,25 @@ class LockNotAcquired(LockError):
         ttl: float | None = None,
         owner: Mapping[str, Any] | None = None,
         waited: float | None = None,
+        by_caller: bool = False,
     ) -> None:
         self.ttl = ttl
         self.owner = dict(owner) if owner is not None else None
         self.waited = waited
+        self.by_caller = by_caller
         super().__init__(self._describe(name), name=name)
 
     def _describe(self, name: str) -> str:
         message = f"Could not acquire lock {name!r}"
         if self.waited is not None:
             message += f" within {readable(self.waited)}"
+        if self.by_caller:
+            caller = "task" if self.owner and self.owner.get("task") else "thread"
+            return (
+                f"{message}: this {caller} holds it already, through another Lock object, and "
+                "waits for itself in vain. Make the Lock objects of this name with "
+                "reentrant=True to take it again (levels of one hold)."
+            )
         if self.owner:
             holder = "/".join(
                 str(self.owner[part]) for part in ("host", "pid", "thread") if part in self.owner

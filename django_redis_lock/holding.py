@@ -21,9 +21,9 @@ from .commands import request_sent
 from .conf import lock_settings
 from .connection import LockAlias
 from .core import flows
-from .core.lease import held_by, takeover_prefixes
+from .core.lease import held_by, holder_token, takeover_prefixes
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
-from .holds import Hold, HoldWatch, current_owner, reentrant_holds
+from .holds import Hold, HoldWatch, current_owner, own_tokens, reentrant_holds
 from .keys import LockKeys, lock_keys
 from .metrics.labels import group_of
 from .renewal import RenewedLease, renewer
@@ -214,6 +214,7 @@ class Holding:
             ttl=outcome.pttl / 1000 if outcome.pttl > 0 else None,
             owner=reports.owner_of(outcome.holder, self._name),
             waited=max_wait,
+            by_caller=not self._limit and self._held_by(pending.owner, outcome.holder),
         )
         return Claim(False, refusal=refusal)
 
@@ -244,6 +245,7 @@ class Holding:
             renewer.add(hold.renewal)
         with self._state:
             self._holds[owner] = hold
+        own_tokens.add(plan.token, owner)
         if self._reentrant:
             reentrant_holds.set(owner, plan.keys.lease, hold)
         if outcome.other_limit:
@@ -350,6 +352,7 @@ class Holding:
         logger.debug("Detached from lock %r: its lease runs on", self._name)
 
     def _forget(self, owner: object, keys: LockKeys, hold: Hold) -> None:
+        own_tokens.discard(hold.token)
         if hold.renewal is not None:
             renewer.remove(hold.renewal)
         with self._state:
@@ -383,6 +386,13 @@ class Holding:
             raise self._lost_error(hold) from error
         else:
             raise error
+
+    @staticmethod
+    def _held_by(owner: object, holder: Any) -> bool:
+        """Whether the lease value ``holder`` is a hold of ``owner``'s own, in this process
+        (through another object: one that is not re-entrant waits for itself in vain)."""
+        token = holder_token(holder)
+        return token is not None and own_tokens.owner_of(token) is owner
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -160,6 +160,24 @@ def test_non_reentrant_lock_refuses_to_reacquire_through_the_same_object():
         lock.acquire()
 
 
+def test_a_thread_that_holds_the_lock_through_another_object_is_told_so():
+    """Not "held by <host>/<pid>/MainThread", as if a stranger held it: this thread does, and
+    a lock that is not re-entrant waits for it in vain."""
+    with Lock("held-by-me", timeout=10):
+        with pytest.raises(LockNotAcquired) as refused:
+            Lock("held-by-me", wait=0).claim().raise_unless_acquired()
+    message = str(refused.value)
+    assert "this thread holds it already, through another Lock object" in message
+    assert "waits for itself" in message
+    assert "reentrant=True" in message
+    assert refused.value.owner["pid"] == os.getpid()  # the record is still there to read
+    # Another thread waiting for it is told who holds it, as before.
+    with Lock("held-by-me", timeout=10):
+        other = in_thread(lambda: Lock("held-by-me", wait=0).claim().refusal)
+    assert "this thread holds it" not in str(other)
+    assert "held by" in str(other)
+
+
 def test_reentrant_across_lock_objects(redis_client):
     outer = Lock("row:1", timeout=10, reentrant=True)
     inner = Lock("row:1", timeout=10, reentrant=True)

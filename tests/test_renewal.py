@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import multiprocessing
 import os
 import signal
 import threading
@@ -24,6 +25,7 @@ from django_redis_lock import (
 from django_redis_lock.durations import clock_allowance
 from django_redis_lock.keys import lock_keys
 from django_redis_lock.renewal import renewer
+from tests import workers
 from tests.conftest import django_redis_caches
 from tests.helpers import wait_until
 
@@ -307,3 +309,25 @@ def test_a_loss_is_reported_when_the_lease_ends_even_while_the_renewal_hangs(
         else:
             admin.execute_command("CLIENT", "UNPAUSE")
         admin.close()
+
+
+def test_a_holder_whose_process_was_paused_past_its_lease_is_told_it_was_late(redis_url):
+    """SIGSTOP (a long GC, a frozen VM) for longer than the lease: on waking, the loss report
+    says the lease ended before this process could renew it, not that Redis did not answer."""
+    context = multiprocessing.get_context("spawn")
+    ready, losses = context.Event(), context.Queue()
+    holder = context.Process(
+        target=workers.hold_and_report_losses, args=(redis_url, "paused", ready, losses)
+    )
+    holder.start()
+    try:
+        assert ready.wait(30)
+        os.kill(holder.pid, signal.SIGSTOP)
+        time.sleep(2.5)  # the fault itself: 2.5 s with no process, for a 1 s lease
+        os.kill(holder.pid, signal.SIGCONT)
+        reason = losses.get(timeout=30)
+    finally:
+        holder.kill()
+        holder.join(10)
+    assert reason.startswith("its lease ended before this process could renew it"), reason
+    assert "paused" in reason

@@ -132,3 +132,64 @@ def test_adding_counts_on_so_the_thread_can_tell_it_missed_one():
     assert schedule.added == before + 1
     assert schedule.next_look() == 1.0
     assert Schedule().next_look() is None
+
+
+def test_a_renewal_sent_after_the_lease_ended_waits_for_redis_and_says_why_it_was_late():
+    """The process was paused (SIGSTOP, a long GC, a frozen VM) past its lease: the renewal
+    goes out late. Redis alone can say whether the lease is still ours; if not, the loss is
+    this process's lateness, not Redis failing to answer."""
+    schedule = Schedule()
+    lease = held(schedule, at=0.0)
+    resumed = lease.ends_at() + 2.5  # nothing of the process ran meanwhile
+    [batch] = schedule.look(resumed).batches.values()
+    assert batch == [lease]
+    assert schedule.look(resumed + 0.001).ended == []  # its renewal is waited for
+    lost, retried = schedule.finished(id(ONE), [lease], [0], [3000], resumed, resumed + 0.002)
+    [(_, reason)] = lost
+    assert reason.startswith("its lease ended before this process could renew it")
+    assert "2.5s after the lease's end" in reason
+    assert "did not answer" not in reason
+
+
+def test_a_late_renewal_that_finds_the_lease_still_ours_keeps_it():
+    schedule = Schedule()
+    lease = held(schedule, at=0.0)
+    resumed = lease.ends_at() + 0.5
+    schedule.look(resumed)
+    lost, _ = schedule.finished(id(ONE), [lease], [1], [3000], resumed, resumed + 0.002)
+    assert lost == []
+    assert lease.late == 0.0
+    assert lease.expires_at == resumed + 3.0
+
+
+def test_a_pause_while_a_renewal_is_under_way_lets_its_answer_decide():
+    """The renewal went out in time, then the process stopped before reading the answer: the
+    watchdog, waking long after it planned to, waits for that answer (a lease length at most)
+    instead of calling the lease lost because nobody answered."""
+    schedule = Schedule()
+    lease = held(schedule, at=0.0)
+    [batch] = schedule.look(1.0).batches.values()  # sent in time
+    planned = schedule.next_look()
+    assert planned == lease.ends_at()  # the thread plans to give up on the answer then...
+    resumed = planned + 5.0  # ...and runs again only now
+    assert schedule.look(resumed).ended == []
+    assert schedule.next_look() == resumed + lease.length  # the answer is waited for that long
+    lost, _ = schedule.finished(id(ONE), batch, [1], [3000], 1.0, resumed + 0.001)
+    assert lost == []  # Redis renewed it in time: nothing was lost
+
+
+def test_a_renewal_that_never_answers_after_a_pause_is_still_given_up():
+    schedule = Schedule()
+    lease = held(schedule, at=0.0)
+    schedule.look(1.0)
+    resumed = schedule.next_look() + 5.0
+    schedule.look(resumed)
+    assert schedule.look(resumed + lease.length).ended == [lease]
+
+
+def test_a_look_on_time_still_gives_up_on_a_renewal_redis_does_not_answer():
+    schedule = Schedule()
+    lease = held(schedule, at=0.0)
+    schedule.look(1.0)
+    assert schedule.look(schedule.next_look() + 0.01).ended == [lease]
+    assert "did not answer" in lease.unrenewed()

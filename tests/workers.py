@@ -83,6 +83,21 @@ def hold_until_killed(redis_url: str, name: str, ready: Any, **lock_options: Any
     time.sleep(3600)
 
 
+def hold_and_report_losses(redis_url: str, name: str, ready: Any, losses: Any) -> None:
+    """Hold the lock (a 1 s lease, renewed) and put the reason of any loss on ``losses``."""
+    setup_django(redis_url, DJANGO_REDIS_LOCK_TIMEOUT=1)
+    from django_redis_lock import Lock, lock_lost
+
+    def lost(**kwargs: Any) -> None:
+        losses.put(kwargs["reason"])
+
+    lock_lost.connect(lost, weak=False)
+    lock = Lock(name)
+    assert lock.acquire(wait=0)
+    ready.set()
+    time.sleep(3600)
+
+
 def wait_in_line(redis_url: str, name: str) -> None:
     """Queue for the lock, for a minute (the test kills this process while it waits)."""
     setup_django(redis_url)

@@ -36,6 +36,7 @@ __all__ = [
     "decode_lease",
     "encode_lease",
     "held_by",
+    "holder_token",
     "is_reservation",
     "job_id_checked",
     "job_of",
@@ -225,6 +226,14 @@ def decode_lease(value: bytes | str) -> Lease:
         raise ValueError("not a lease: expected token|since|fence|record")
     token, since, fence, record = parts
     return Lease(token, int(since), int(fence), OwnerRecord.decode(record))
+
+
+def holder_token(value: bytes | str | None) -> str | None:
+    """The token of the lease value ``value`` (None: no lease, or not a lease of ours)."""
+    if value is None:
+        return None
+    token, separator, _ = text_of(value).partition("|")
+    return token if separator and token else None
 
 
 def held_by(value: bytes | str | None, token: str) -> bool:

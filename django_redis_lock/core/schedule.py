@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..durations import clock_allowance
+from ..durations import clock_allowance, readable
 
 __all__ = ["RETRY_INTERVAL", "Renewal", "RenewedLease", "Schedule"]
 
@@ -27,6 +27,9 @@ logger = logging.getLogger("django_redis_lock")
 
 # While Redis cannot be reached, retry at most this often (and more often near the end).
 RETRY_INTERVAL = 0.5
+# A look this much later than the thread planned means the process did not run meanwhile
+# (paused, or starved of CPU): a lease that ended then was this process's to lose, not Redis's.
+PAUSED = 0.25
 
 
 @dataclass(eq=False, slots=True)
@@ -54,6 +57,12 @@ class RenewedLease:
     expires_at: float = 0.0
     due: float = field(default=0.0, repr=False)
     failure: str = ""  # why the latest renewal did not happen, while it is retried
+    # How long after the lease's end (as far as we know) this process got round to its renewal
+    # under way: 0.0 when in time. Late, the process was paused or starved (SIGSTOP, a long
+    # GC, a frozen VM), and only Redis can say whether the lease is still ours (if it is, nobody
+    # else held it meanwhile): its answer is waited for until ``answer_by`` (monotonic).
+    late: float = 0.0
+    answer_by: float | None = None
 
     def confirmed(self, at: float, seconds: float | None = None) -> None:
         """Redis confirmed at ``at`` (monotonic) that the lease runs ``seconds`` from then."""
@@ -71,6 +80,26 @@ class RenewedLease:
     def ends_at(self) -> float:
         """When the lease may have ended in Redis already (its clock may run a little fast)."""
         return self.expires_at - clock_allowance(self.lease)
+
+    def fell_behind(self, now: float) -> None:
+        """This process got round to the lease only at ``now``, after its end: its renewal's
+        answer decides, waited for one lease length."""
+        self.late = now - self.ends_at()
+        self.answer_by = now + self.length
+
+    def given_up_at(self) -> float:
+        """When a renewal under way that has not answered makes the lease lost."""
+        return self.answer_by if self.answer_by is not None else self.ends_at()
+
+    def gone(self) -> str:
+        """Why the lease was gone when its renewal reached Redis."""
+        if self.late:
+            return (
+                "its lease ended before this process could renew it: the renewal went out "
+                f"{readable(self.late)} after the lease's end (the process was paused or "
+                "starved of CPU: a SIGSTOP, a long garbage collection, a frozen VM?)"
+            )
+        return "its lease was gone when renewing (expired or deleted)"
 
     def unrenewed(self) -> str:
         """Why the lease ended unrenewed, when Redis never said it was gone."""
@@ -98,6 +127,7 @@ class Schedule:
         self.leases: dict[int, RenewedLease] = {}
         self.busy: set[int] = set()  # id() of the clients with a batch under way
         self.added = 0  # counts on with every add(): the thread can tell it missed one
+        self.planned: float | None = None  # when the thread meant to look next (next_look)
 
     def add(self, lease: RenewedLease) -> None:
         lease.active = True
@@ -112,11 +142,15 @@ class Schedule:
         """Sort the leases out at ``now``: the ended and the abandoned leave the schedule; the
         due are grouped by client, whose batch is then under way until :meth:`finished`."""
         ended, abandoned, due = [], [], []
+        # Looking much later than planned: this process did not run meanwhile (see ``late``).
+        paused = self.planned is not None and now - self.planned > PAUSED
         for lease in list(self.leases.values()):  # a copy: others add and remove meanwhile
             if not lease.active:
                 continue
             if id(lease.client) in self.busy:
-                if lease.ends_at() <= now:
+                if paused and lease.answer_by is None and lease.ends_at() <= now:
+                    lease.fell_behind(now)  # its answer may be waiting, unread
+                if lease.given_up_at() <= now:
                     ended.append(lease)
             elif lease.due <= now + (0 if lease.failure else lease.length / 6):
                 try:
@@ -125,6 +159,8 @@ class Schedule:
                     logger.exception("django-redis-lock: could not tell who holds %s", lease.key)
                     reason = None
                 if reason is None:
+                    if lease.ends_at() <= now and not lease.failure:
+                        lease.fell_behind(now)
                     due.append(lease)
                 else:
                     abandoned.append((lease, reason))
@@ -140,14 +176,15 @@ class Schedule:
 
     def next_look(self) -> float | None:
         """When a lease next falls due, or one whose renewal is under way ends (None: there
-        is no lease)."""
-        return min(
+        is no lease): the look the thread plans."""
+        self.planned = min(
             (
-                lease.ends_at() if id(lease.client) in self.busy else lease.due
+                lease.given_up_at() if id(lease.client) in self.busy else lease.due
                 for lease in list(self.leases.values())
             ),
             default=None,
         )
+        return self.planned
 
     def finished(
         self,
@@ -168,11 +205,12 @@ class Schedule:
             if not lease.active:
                 continue  # released meanwhile
             if result == 1:
+                lease.late, lease.answer_by = 0.0, None  # (late or not, nobody held it meanwhile)
                 lease.confirmed(sent_at, ms / 1000)
                 if lease.until is not None:  # lengthened as asked: done with it
                     self.remove(lease)
             elif isinstance(result, BaseException):
-                lease.failure = str(result)
+                lease.failure, lease.answer_by = str(result), None
                 if now >= lease.expires_at:
                     self.remove(lease)
                     lost.append((lease, lease.unrenewed()))
@@ -181,5 +219,5 @@ class Schedule:
                     retried.append(lease)
             else:
                 self.remove(lease)
-                lost.append((lease, "its lease was gone when renewing (expired or deleted)"))
+                lost.append((lease, lease.gone()))
         return lost, retried
