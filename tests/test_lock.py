@@ -163,9 +163,8 @@ def test_non_reentrant_lock_refuses_to_reacquire_through_the_same_object():
 def test_a_thread_that_holds_the_lock_through_another_object_is_told_so():
     """Not "held by <host>/<pid>/MainThread", as if a stranger held it: this thread does, and
     a lock that is not re-entrant waits for it in vain."""
-    with Lock("held-by-me", timeout=10):
-        with pytest.raises(LockNotAcquired) as refused:
-            Lock("held-by-me", wait=0).claim().raise_unless_acquired()
+    with Lock("held-by-me", timeout=10), pytest.raises(LockNotAcquired) as refused:
+        Lock("held-by-me", wait=0).claim().raise_unless_acquired()
     message = str(refused.value)
     assert "this thread holds it already, through another Lock object" in message
     assert "waits for itself" in message

@@ -144,7 +144,7 @@ def test_a_renewal_sent_after_the_lease_ended_waits_for_redis_and_says_why_it_wa
     [batch] = schedule.look(resumed).batches.values()
     assert batch == [lease]
     assert schedule.look(resumed + 0.001).ended == []  # its renewal is waited for
-    lost, retried = schedule.finished(id(ONE), [lease], [0], [3000], resumed, resumed + 0.002)
+    lost, _ = schedule.finished(id(ONE), [lease], [0], [3000], resumed, resumed + 0.002)
     [(_, reason)] = lost
     assert reason.startswith("its lease ended before this process could renew it")
     assert "2.5s after the lease's end" in reason
