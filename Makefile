@@ -66,6 +66,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_tasks.py
 	$(BIN)/python benchmarks/bench_semaphore.py
 	$(BIN)/python benchmarks/bench_dead_waiter.py
+	$(BIN)/python benchmarks/bench_faults.py
 	$(BIN)/python benchmarks/bench_metrics.py
 
 clean:
