@@ -23,7 +23,7 @@ from .connection import LockAlias
 from .core import flows
 from .core.lease import held_by, holder_token, takeover_prefixes
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
-from .holds import Hold, HoldWatch, current_owner, own_tokens, reentrant_holds
+from .holds import Hold, HoldWatch, current_owner, own_tokens, reentrant_holds, strays
 from .keys import LockKeys, lock_keys
 from .metrics.labels import group_of
 from .renewal import RenewedLease, renewer
@@ -175,6 +175,8 @@ class Holding:
             replicas=replicas,
             replica_timeout_ms=resolved.replica_timeout_ms,
             started=started,
+            strays=strays.take(resolved.keys.lease, started),
+            strayed=strays.left,
         )
         return Pending(owner, resolved.alias, plan, resolved.lease, resolved.renew)
 

@@ -38,6 +38,7 @@ __all__ = [
     "pid",
     "process_alive",
     "reentrant_holds",
+    "strays",
 ]
 
 #: This machine's name, as owner records give it.
@@ -277,12 +278,54 @@ class OwnTokens:
 own_tokens = OwnTokens()
 
 
+class Strays:
+    """The places in a lock's line this process left behind: an acquisition that could not
+    step out of the line (Redis unreachable, its connection cut: a failover, a network blip)
+    leaves its token queued, counted alive for up to a block and a second, and whoever queued
+    behind it waits that long. The next acquisition of that lock in this process steps it out
+    first (``flows.AcquirePlan.strays``). A token is kept until the queue would skip it anyway.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key: dict[str, list[tuple[str, float]]] = {}
+
+    def left(self, plan: Any, token: str, until: float) -> None:
+        """``plan``'s acquisition could not step ``token`` out of its lock's line; the queue
+        counts it alive until ``until`` (monotonic)."""
+        with self._lock:
+            self._by_key.setdefault(plan.keys.lease, []).append((token, until))
+
+    def take(self, key: str, now: float) -> tuple[tuple[str, float], ...]:
+        """The tokens left in the line of the lock whose lease is ``key`` and still counted
+        alive at ``now``, forgotten here (an acquisition steps them out). Costs a dict lookup
+        when there are none, on every acquisition."""
+        if not self._by_key:
+            return ()
+        with self._lock:
+            for other, entries in list(self._by_key.items()):  # forget the lapsed, all locks
+                entries[:] = [entry for entry in entries if entry[1] > now]
+                if not entries or other == key:
+                    del self._by_key[other]
+                    if other == key:
+                        return tuple(entries)
+        return ()
+
+    def clear(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key = {}
+
+
+strays = Strays()
+
+
 def _after_fork_in_child() -> None:
     global pid
     pid = os.getpid()
     # The parent's holds: re-entering one would join the parent's hold.
     reentrant_holds.clear()
     own_tokens.clear()
+    strays.clear()
     global _random, _random_lock
     _random, _random_lock = bytearray(), threading.Lock()
 

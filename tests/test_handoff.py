@@ -26,6 +26,7 @@ from django_redis_lock.core import flows
 from django_redis_lock.core.lease import OwnerRecord
 from django_redis_lock.core.permits import PermitKeys
 from django_redis_lock.core.requests import Block, Eval, Pipeline
+from django_redis_lock.holds import Strays
 from django_redis_lock.keys import lock_keys
 from django_redis_lock.scripts import JOIN, PERMIT_ACQUIRE, RELEASE, TAKE
 from tests import workers
@@ -329,3 +330,53 @@ def test_lock_contended_is_sent_when_the_waiter_queues(monkeypatch):
         waiter.join(10)
     finally:
         lock_contended.disconnect(dispatch_uid="queued-now")
+
+
+# -- a waiter cut off in the line: its place is given up at the process's next acquisition --
+
+
+def test_a_place_left_in_line_is_given_up_by_the_next_acquisition(redis_client):
+    keys = lock_keys("stray", "default")
+    assert TAKE(redis_client, (keys.lease,), ("holder", 10_000, RECORD, ""))[0] == 1
+    left: list[tuple[str, float]] = []
+    waiter = _Steps(
+        flows.acquire(
+            _plan(
+                keys, "cut-off", first="join", strayed=lambda p, t, until: left.append((t, until))
+            )
+        )
+    )
+    waiter.block_times_out()  # queued
+    assert redis_client.lrange(keys.queue, 0, -1) == [b"cut-off"]
+    # The connection is cut while it blocks, and Redis cannot be reached to step out either.
+    leave = waiter.flow.throw(ConnectionError("cut"))
+    assert isinstance(leave, Eval)
+    assert leave.args[3] == flows.LEAVE
+    with pytest.raises(ConnectionError):
+        waiter.flow.throw(ConnectionError("refused"))
+    [(token, until)] = left
+    assert token == "cut-off"
+    assert until > time.monotonic()  # the queue counts it alive for a while yet
+    assert redis_client.lrange(keys.queue, 0, -1) == [b"cut-off"]  # a place nobody will take
+    # Redis is back: the next acquisition of the lock in this process steps it out first.
+    again = _Steps(flows.acquire(_plan(keys, "again", first="join", strays=tuple(left))))
+    assert isinstance(again.request, Eval)
+    assert again.request.args[:1] == ("cut-off",)
+    assert again.request.args[3] == flows.LEAVE
+    again.answer(again.perform())
+    assert redis_client.lrange(keys.queue, 0, -1) == []
+    again.block_times_out()  # and queues itself, first in line
+    assert redis_client.lrange(keys.queue, 0, -1) == [b"again"]
+
+
+def test_the_places_left_in_a_lock_line_are_kept_per_lock_until_they_lapse():
+    left = Strays()
+    one, other = (flows.AcquirePlan(lock_keys(n, "default"), "t", 1, "", 1.0, time.monotonic)
+                  for n in ("one", "other"))  # fmt: skip
+    left.left(one, "a", 10.0)
+    left.left(one, "b", 5.0)
+    left.left(other, "c", 10.0)
+    assert left.take(one.keys.lease, now=6.0) == (("a", 10.0),)  # "b" lapsed
+    assert left.take(one.keys.lease, now=6.0) == ()  # given to one acquisition only
+    assert left.take(other.keys.lease, now=11.0) == ()  # lapsed
+    assert left.take(other.keys.lease, now=0.0) == ()  # and forgotten

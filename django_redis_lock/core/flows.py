@@ -24,7 +24,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .lease import LockKeys
@@ -97,6 +97,12 @@ class AcquirePlan:
     replicas: int = 0
     replica_timeout_ms: int = 0
     started: float = field(default=0.0)
+    # Tokens of this process's earlier waits for this lock that could not step out of the line
+    # (Redis unreachable, the connection cut), each with when the queue stops counting it
+    # alive (monotonic): stepped out first, so that nobody waits behind a waiter that is gone.
+    strays: tuple[tuple[str, float], ...] = ()
+    # Called with the plan, a token and that time when a wait could not step out of the line.
+    strayed: Callable[[AcquirePlan, str, float], None] = lambda plan, token, until: None
 
 
 @dataclass(slots=True)
@@ -137,6 +143,9 @@ def acquire(plan: AcquirePlan) -> Flow:
     """Returns :class:`Acquired`, :class:`NotAcquired` or :class:`Done`; raises
     :class:`Unconfirmed` when replicas did not confirm a grant (given back first)."""
     keys, token, clock = plan.keys, plan.token, plan.clock
+    for stray, until in plan.strays:
+        if not (yield from _leave(replace(plan, token=stray, strays=()))) and until > clock():
+            plan.strayed(plan, stray, until)  # still unreachable: the next one tries again
     deadline = plan.started + plan.max_wait
     first = "take" if plan.takeover and plan.first == "set" else plan.first  # SET takes none
     if first == "set":
@@ -218,6 +227,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
     # may be handed to it, and then ends with its liveness, so we look again by then.
     ahead_until = math.inf
     queued = contended = False
+    liveness = LIVENESS_SLACK
 
     def queued_now(reply: Any) -> float:
         """A join sent with its block has answered (the block goes on): when it queued us,
@@ -327,10 +337,14 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                                        granted.done)  # fmt: skip
                 return granted
     except GeneratorExit:
-        raise  # closed by its owner: nothing more may be sent
+        if queued:  # closed by its owner: nothing more may be sent
+            plan.strayed(plan, token, sent_at + liveness)
+        raise
     except BaseException as error:
-        if queued and not plan.unreachable(error):
-            yield from _leave(plan)
+        if queued and (plan.unreachable(error) or not (yield from _leave(plan))):
+            # Counted alive for the rest of its liveness, unless this process steps it out
+            # at its next acquisition of this lock (``strays``).
+            plan.strayed(plan, token, sent_at + liveness)
         raise
 
 
@@ -371,7 +385,8 @@ def _confirmed(plan: AcquirePlan, request: Eval) -> Eval:
 
 
 def _leave(plan: AcquirePlan) -> Flow:
-    """Step out of the line, interrupted; a lease handed to us meanwhile is passed on."""
+    """Step out of the line, interrupted; a lease handed to us meanwhile is passed on. Returns
+    False when Redis could not be told (our liveness deadline passes, and the queue skips us)."""
     keys = plan.keys
     try:
         leave_keys, args = keys.join_call(plan, LEAVE, "", 1000)
@@ -379,7 +394,8 @@ def _leave(plan: AcquirePlan) -> Flow:
         if int(reply[0]) == 1:
             yield from release(keys, plan.token, "", cleanup=True)
     except Exception:
-        pass  # our liveness deadline passes, and the queue skips us
+        return False
+    return True
 
 
 def _confirm_handoff(plan: AcquirePlan, granted: Acquired) -> Flow:

@@ -21,7 +21,8 @@
 --          job's reservation, core/lease.py)
 --
 -- Returns {1, fence, lease_ms, ''} when we take the lease now; {1, fence, lease_ms, message}
--- when a release handed it to us, with the wake-up message it sent made again here
+-- when a release handed it to us (lengthened to our lease, unless we leave: mode 3, and
+-- lease_ms is what it has left), with the wake-up message it sent made again here
 -- ('fence|lease_ms|done|next waiter's token or ''', done '1' when the 'd' or 'j' flag's result
 -- is there); {0, pttl_ms, holder's lease value or false, ahead_ms} when not (ahead_ms: when
 -- queued, how long until the first live waiter ahead of us is counted dead, 0 if none: we
@@ -46,15 +47,20 @@ if holder and string.sub(holder, 1, #token + 1) == token .. '|' then
   -- list, still on its way (pushed a round trip after the release), or lost: we never depend
   -- on it, but say again what it says from what it was made of. Above all whether the guarded
   -- work is done: a waiter that wants the result must pass the lease on, never run the work.
-  -- And we are alive: the short lease it handed us (release.lua) becomes our whole lease.
+  -- And we are alive: the short lease it handed us (release.lua) becomes our whole lease,
+  -- unless we are leaving (mode 3), and pass it on next.
   redis.call('DEL', KEYS[4])
-  redis.call('PEXPIRE', KEYS[1], lease)
+  local ms = redis.call('PTTL', KEYS[1])
+  if mode ~= 3 then
+    redis.call('PEXPIRE', KEYS[1], lease)
+    ms = lease
+  end
   local _, _, fence = lease_fields(holder)
   local finished = '0'
   if wants_result(flags) and done(flags, redis.call('GET', KEYS[5]), token) then finished = '1' end
   unblock()
-  local message = fence .. '|' .. lease .. '|' .. finished .. '|' .. (redis.call('LINDEX', KEYS[2], 0) or '')
-  return {1, fence, lease, message}
+  local message = fence .. '|' .. ms .. '|' .. finished .. '|' .. (redis.call('LINDEX', KEYS[2], 0) or '')
+  return {1, fence, ms, message}
 end
 if mode == 3 then
   leave()

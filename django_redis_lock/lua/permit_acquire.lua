@@ -41,13 +41,18 @@ local mine = redis.call('ZSCORE', KEYS[1], token)
 if mine and tonumber(mine) > now then
   -- Handed to us by a release while we were not blocked. Its wake-up message may be on our
   -- list, on its way, or lost: we never depend on it, and say again what it says (join.lua).
-  -- And we are alive: the short lease it handed us (permit_release.lua) becomes our whole one.
+  -- And we are alive: the short lease it handed us (permit_release.lua) becomes our whole
+  -- one, unless we are leaving (mode 3), and give it back next.
   redis.call('DEL', KEYS[5])
-  redis.call('ZADD', KEYS[1], now + lease, token)
-  permits_expire(now)
+  local ms = tonumber(mine) - now
+  if mode ~= 3 then
+    redis.call('ZADD', KEYS[1], now + lease, token)
+    permits_expire(now)
+    ms = lease
+  end
   unblock()
   local after = redis.call('LRANGE', KEYS[3], 0, NEXT_WAITERS - 1)
-  return {1, 0, lease, '0|' .. lease .. '|0|' .. table.concat(after, ' '), 0}
+  return {1, 0, ms, '0|' .. ms .. '|0|' .. table.concat(after, ' '), 0}
 end
 if mode == 3 then
   leave()
