@@ -21,7 +21,7 @@ from .commands import request_sent
 from .conf import lock_settings
 from .connection import LockAlias
 from .core import flows
-from .core.lease import held_by, holder_token, takeover_prefixes
+from .core.lease import held_by, takeover_prefixes
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .holds import Hold, HoldWatch, current_owner, own_tokens, reentrant_holds, strays
 from .keys import LockKeys, lock_keys
@@ -216,7 +216,8 @@ class Holding:
             ttl=outcome.pttl / 1000 if outcome.pttl > 0 else None,
             owner=reports.owner_of(outcome.holder, self._name),
             waited=max_wait,
-            by_caller=not self._limit and self._held_by(pending.owner, outcome.holder),
+            # (Through another Lock object: one that is not re-entrant waits for itself.)
+            by_caller=not self._limit and own_tokens.holds(pending.owner, outcome.holder),
         )
         return Claim(False, refusal=refusal)
 
@@ -388,13 +389,6 @@ class Holding:
             raise self._lost_error(hold) from error
         else:
             raise error
-
-    @staticmethod
-    def _held_by(owner: object, holder: Any) -> bool:
-        """Whether the lease value ``holder`` is a hold of ``owner``'s own, in this process
-        (through another object: one that is not re-entrant waits for itself in vain)."""
-        token = holder_token(holder)
-        return token is not None and own_tokens.owner_of(token) is owner
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .core.lease import JOB_SEPARATOR, OwnerRecord
+from .core.lease import JOB_SEPARATOR, OwnerRecord, holder_token
 
 if TYPE_CHECKING:
     from .renewal import RenewedLease
@@ -266,10 +266,12 @@ class OwnTokens:
     def discard(self, token: str) -> None:
         self._owners.pop(token, None)
 
-    def owner_of(self, token: str) -> object | None:
-        """Who in this process holds the lease ``token`` (None: nobody here)."""
-        owner = self._owners.get(token)
-        return owner() if owner is not None else None
+    def holds(self, owner: object, value: Any) -> bool:
+        """Whether the lease value ``value`` (a holder's, read from Redis) is a hold of
+        ``owner``'s, in this process."""
+        token = holder_token(value)
+        held = self._owners.get(token) if token is not None else None
+        return held is not None and held() is owner
 
     def clear(self) -> None:
         self._owners = {}

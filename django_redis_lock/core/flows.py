@@ -12,9 +12,12 @@ Acquiring (``acquire``):
    contended lately, straight away by ``join.lua``;
 2. if it is held and we may wait, ``join.lua`` queues us and we block on our wake-up list;
    the holder's release hands us the lease and pushes a message there, so we hold the lock when
-   we wake. A block ends at the latest when the wait does, or when the holder's lease does (it
-   may have died without releasing), and every ``BLOCK_CAP`` seconds so the queue keeps
-   counting us alive;
+   we wake (or, should the message be late or lost, when we ask again: ``join.lua`` says what
+   it said). A block ends at the latest when the wait does, or when the holder's lease does (it
+   may have died without releasing), or when the waiter ahead of us would be counted dead (it
+   may have died, and been handed the lease), and every ``BLOCK_CAP`` seconds so the queue
+   keeps counting us alive. A wait cut off in the line that could not step out of it is
+   stepped out by this process's next acquisition of the lock (``AcquirePlan.strays``);
 3. without a queue (quorum mode), we look again after a short random delay.
 """
 
@@ -29,7 +32,8 @@ from typing import Any
 
 from .lease import LockKeys
 from .release import Unconfirmed, end_reservation, extend, give_back, release, text
-from .requests import Block, Command, Eval, Failover, Flow, Pipeline, Sleep
+from .replicas import check_replicas, confirm_handoff, confirmed
+from .requests import Block, Command, Eval, Flow, Pipeline, Sleep
 
 __all__ = [
     "BLOCK_CAP",
@@ -270,7 +274,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                         keys.wake(token), block, exact, first=join, after_first=queued_now
                     )
                 else:
-                    reply = yield _confirmed(plan, join)
+                    reply = yield confirmed(plan, join)
             except Exception as error:
                 if not plan.retry_soon(error):
                     raise
@@ -282,7 +286,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 yield Sleep(min(deadline - clock(), random.uniform(*RETRY_DELAY)))
                 continue
             if plan.replicas:
-                reply = yield from _check_replicas(plan, reply)
+                reply = yield from check_replicas(plan, reply)
             code = int(reply[0])
             if code == 1:  # (a message popped with it is join.lua's own, ending the block)
                 queued = False
@@ -330,9 +334,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 if granted.done:
                     return (yield from _result_instead(plan, granted))
                 if plan.replicas:
-                    # The grant is the releaser's write: lengthen the lease ourselves, a write
-                    # of ours that WAIT can count.
-                    yield from _confirm_handoff(plan, granted)
+                    yield from confirm_handoff(plan, granted.next_token)
                     granted = Acquired(granted.fence, plan.lease_ms, clock(), granted.next_token,
                                        granted.done)  # fmt: skip
                 return granted
@@ -375,15 +377,6 @@ def _result_instead(plan: AcquirePlan, granted: Acquired) -> Flow:
     return Done(result)
 
 
-def _confirmed(plan: AcquirePlan, request: Eval) -> Eval:
-    if not plan.replicas:
-        return request
-    return Eval(
-        request.script, request.keys, request.args,
-        replicas=plan.replicas, replica_timeout_ms=plan.replica_timeout_ms,
-    )  # fmt: skip
-
-
 def _leave(plan: AcquirePlan) -> Flow:
     """Step out of the line, interrupted; a lease handed to us meanwhile is passed on. Returns
     False when Redis could not be told (our liveness deadline passes, and the queue skips us)."""
@@ -396,26 +389,3 @@ def _leave(plan: AcquirePlan) -> Flow:
     except Exception:
         return False
     return True
-
-
-def _confirm_handoff(plan: AcquirePlan, granted: Acquired) -> Flow:
-    keys = plan.keys
-    reply, acknowledged = yield Eval(
-        keys.EXTEND, keys.extend_keys(), (plan.token, plan.lease_ms),
-        replicas=plan.replicas, replica_timeout_ms=plan.replica_timeout_ms,
-    )  # fmt: skip
-    if int(reply) == 1 and acknowledged < plan.replicas:
-        yield from release(keys, plan.token, granted.next_token, cleanup=True)
-        yield Failover(keys.lease)
-        raise Unconfirmed(acknowledged, plan.replicas)
-
-
-def _check_replicas(plan: AcquirePlan, reply: Any) -> Flow:
-    """For a grant under ``MIN_REPLICAS``: give it back, and raise, unless enough replicas
-    confirmed it."""
-    reply, acknowledged = reply
-    if int(reply[0]) == 1 and acknowledged < plan.replicas:
-        yield from release(plan.keys, plan.token, "", cleanup=True)
-        yield Failover(plan.keys.lease)
-        raise Unconfirmed(acknowledged, plan.replicas)
-    return reply
