@@ -18,7 +18,7 @@ help:
 	@echo "make test   run the whole test suite against private redis-server processes"
 	@echo "make lint   ruff and mypy"
 	@echo "make tox    the Python x Django matrix (a missing Python fails it; SKIP_MISSING=1 skips instead)"
-	@echo "make bench  compare the lock with other Redis locks, the task guards with celery-once and celery-singleton, the semaphore and the metrics (~14 minutes), writes benchmarks/results*.md"
+	@echo "make bench  compare the lock with other Redis locks, the task guards with celery-once and celery-singleton, the semaphore, dead waiters and faults, and the metrics (~18 minutes), writes benchmarks/results*.md"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
