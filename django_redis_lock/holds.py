@@ -305,13 +305,12 @@ class Strays:
         if not self._by_key:
             return ()
         with self._lock:
+            taken = self._by_key.pop(key, [])
             for other, entries in list(self._by_key.items()):  # forget the lapsed, all locks
                 entries[:] = [entry for entry in entries if entry[1] > now]
-                if not entries or other == key:
+                if not entries:
                     del self._by_key[other]
-                    if other == key:
-                        return tuple(entries)
-        return ()
+        return tuple(entry for entry in taken if entry[1] > now)
 
     def clear(self) -> None:
         self._lock = threading.Lock()

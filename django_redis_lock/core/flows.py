@@ -253,10 +253,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             # Wake at the latest when the wait ends, or when the holder's lease does (it may
             # have died without releasing): then the time must be kept exactly. And by the
             # time the waiter ahead of us is counted dead, give or take the server's timer.
-            tight = min(remaining, hint)
-            loose = min(ahead_until - sent_at, BLOCK_CAP)
-            block = max(MIN_BLOCK, min(tight, loose))
-            exact = tight < loose
+            block, exact = _block(min(remaining, hint), min(ahead_until - sent_at, BLOCK_CAP))
             together = mode == QUEUE and not plan.replicas
             if together:
                 flags += "b"
@@ -303,7 +300,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 return Done(reply[1])
             pttl = int(reply[1])
             hint = pttl / 1000 + 0.001 if pttl > 0 else BLOCK_CAP
-            ahead = int(reply[3]) if len(reply) > 3 else 0
+            ahead = _ahead_ms(reply)
             ahead_until = sent_at + ahead / 1000 + 0.001 if ahead > 0 else math.inf
             holder = holder or reply[2] or None
             if mode != QUEUE:
@@ -318,10 +315,10 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 if remaining <= 0:
                     continue
                 # (No longer than the liveness the join gave us: the queue counts us alive.)
-                tight = min(remaining, hint)
-                loose = min(ahead_until - clock(), liveness - LIVENESS_SLACK)
-                block = max(MIN_BLOCK, min(tight, loose))
-                message = yield Block(keys.wake(token), block, tight < loose)
+                block, exact = _block(
+                    min(remaining, hint), min(ahead_until - clock(), liveness - LIVENESS_SLACK)
+                )
+                message = yield Block(keys.wake(token), block, exact)
             if message:  # a release handed us the lease
                 queued = False
                 granted = _from_message(message, sent_at)
@@ -355,14 +352,26 @@ def _other(reply: Any) -> int:
     return int(reply[4]) if len(reply) > 4 else 0
 
 
+def _block(tight: float, loose: float) -> tuple[float, bool]:
+    """How long to block, and whether exactly: ``tight`` is when the time matters to the
+    millisecond (the wait's end, the holder's lease end), ``loose`` when the server's timer will
+    do (the block cap, the waiter ahead counted dead)."""
+    return max(MIN_BLOCK, min(tight, loose)), tight < loose
+
+
+def _ahead_ms(reply: Any) -> int:
+    """A queue join's ``ahead_ms``: until the first live waiter ahead is counted dead (0:
+    none)."""
+    return int(reply[3]) if len(reply) > 3 else 0
+
+
 def _until_it_matters(reply: Any) -> float:
     """After a queue join's reply: a block lasts at most until the holder's lease ends (it may
     have died without releasing), or the first live waiter ahead of us is counted dead, a
     millisecond more."""
     if int(reply[0]) != 0:
         return math.inf
-    pttl, ahead = int(reply[1]), int(reply[3]) if len(reply) > 3 else 0
-    ends = [ms / 1000 + 0.001 for ms in (pttl, ahead) if ms > 0]
+    ends = [ms / 1000 + 0.001 for ms in (int(reply[1]), _ahead_ms(reply)) if ms > 0]
     return min(ends, default=math.inf)
 
 

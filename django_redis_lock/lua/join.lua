@@ -50,10 +50,11 @@ if holder and string.sub(holder, 1, #token + 1) == token .. '|' then
   -- And we are alive: the short lease it handed us (release.lua) becomes our whole lease,
   -- unless we are leaving (mode 3), and pass it on next.
   redis.call('DEL', KEYS[4])
-  local ms = redis.call('PTTL', KEYS[1])
-  if mode ~= 3 then
+  local ms = lease
+  if mode == 3 then
+    ms = redis.call('PTTL', KEYS[1])
+  else
     redis.call('PEXPIRE', KEYS[1], lease)
-    ms = lease
   end
   local _, _, fence = lease_fields(holder)
   local finished = '0'

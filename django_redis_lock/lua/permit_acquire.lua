@@ -44,11 +44,12 @@ if mine and tonumber(mine) > now then
   -- And we are alive: the short lease it handed us (permit_release.lua) becomes our whole
   -- one, unless we are leaving (mode 3), and give it back next.
   redis.call('DEL', KEYS[5])
-  local ms = tonumber(mine) - now
-  if mode ~= 3 then
+  local ms = lease
+  if mode == 3 then
+    ms = tonumber(mine) - now
+  else
     redis.call('ZADD', KEYS[1], now + lease, token)
     permits_expire(now)
-    ms = lease
   end
   unblock()
   local after = redis.call('LRANGE', KEYS[3], 0, NEXT_WAITERS - 1)
