@@ -44,6 +44,7 @@ __all__ = [
     "PERMIT_RELEASE",
     "QUEUE_TTL_MS",
     "RELEASE",
+    "SERVER_TIME",
     "TAKE",
     "TAKE_MANY",
     "Script",
@@ -146,6 +147,17 @@ class Script:
             return await aexecute_acknowledged(client, command, replicas, timeout_ms, wanted)
 
 
+# The scripts' clock: now, in ms and in µs, by the server's own (``TIME``). The one thing about
+# a script a deterministic simulation (tests/simulation/) replaces, by its own clock: it gives
+# load_script() another definition of server_time().
+SERVER_TIME = """
+local function server_time()
+  local t = redis.call('TIME')
+  local seconds, micros = tonumber(t[1]), tonumber(t[2])
+  return seconds * 1000 + math.floor(micros / 1000), seconds * 1000000 + micros
+end"""
+
+
 # Prepended to every script. duration(): the milliseconds a script is given are checked before
 # anything is written (Lua does not roll back, so an expiry Redis refused after a write would
 # leave a key of ours without one); durations.py has checked them already, this is the last
@@ -179,11 +191,7 @@ local function lease_fields(value)
   return string.sub(value, 1, a - 1), string.sub(value, a + 1, b - 1),
     string.sub(value, b + 1, c - 1), string.sub(value, c + 1)
 end
-local function server_time()
-  local t = redis.call('TIME')
-  local seconds, micros = tonumber(t[1]), tonumber(t[2])
-  return seconds * 1000 + math.floor(micros / 1000), seconds * 1000000 + micros
-end
+{{server_time}}
 local function job_of(token)
   return string.match(token, '^([^~]+)~')
 end
@@ -268,11 +276,13 @@ end
 """
 
 
-def load_script(name: str) -> Script:
+def load_script(name: str, *, server_time: str = SERVER_TIME) -> Script:
     """The script ``lua/<name>.lua``, with the prelude above (and a semaphore's, for
-    ``permit_*``)."""
+    ``permit_*``). ``server_time``: the Lua definition of ``server_time()`` (the script's
+    clock; :data:`SERVER_TIME`, the server's, unless a simulation brings its own)."""
     source = resources.files(__package__).joinpath(f"lua/{name}.lua").read_text("utf-8")
-    prelude = _PRELUDE + (_PERMITS_PRELUDE if name.startswith("permit_") else "")
+    prelude = _PRELUDE.replace("{server_time}", server_time.strip(), 1)
+    prelude += _PERMITS_PRELUDE if name.startswith("permit_") else ""
     return Script(name, prelude + source)
 
 

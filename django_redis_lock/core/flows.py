@@ -146,6 +146,19 @@ def _budget(remaining: float) -> float | None:
 def acquire(plan: AcquirePlan) -> Flow:
     """Returns :class:`Acquired`, :class:`NotAcquired` or :class:`Done`; raises
     :class:`Unconfirmed` when replicas did not confirm a grant (given back first)."""
+    outcome = yield from _first_answer(plan)
+    while (
+        isinstance(outcome, Acquired) and plan.clock() >= outcome.sent_at + outcome.lease_ms / 1000
+    ):
+        # We learnt of the grant only after the lease it gave had ended by our own clock (this
+        # process was paused, or the reply was that slow): the lock may be another's by now,
+        # and the work must not start on it. Ask again: join.lua (take.lua without a queue)
+        # finds the lease still ours, and lengthens it, or waits in line as any waiter does.
+        outcome = yield from (_wait_in_line(plan) if plan.queues else _poll(plan))
+    return outcome
+
+
+def _first_answer(plan: AcquirePlan) -> Flow:
     keys, token, clock = plan.keys, plan.token, plan.clock
     for stray, until in plan.strays:
         if not (yield from _leave(replace(plan, token=stray, strays=()))) and until > clock():

@@ -1,0 +1,37 @@
+"""A deterministic simulator of the lock protocol (the approach of FoundationDB's simulation and
+TigerBeetle's VOPR): many simulated clients run the engine's own flows (``core/``) against a
+real redis-server, with the real scripts, one request at a time, in an order decided by a
+seeded random source or by Hypothesis; time is simulated; faults are scheduled events; and the
+invariants are checked after every step. See ``simulation.py`` for a step, ``ledger.py`` for
+the invariants, ``workloads.py`` for the clients, ``__main__.py`` for ``make simulate``.
+"""
+
+from __future__ import annotations
+
+from .choices import Choices, HypothesisChoices, SeededChoices
+from .server import SimulatedServer, simulated_scripts
+from .simulation import FAULTS_ON, Faults, Simulation, SimulationFailed
+from .workloads import WORKLOADS, cast
+
+__all__ = [
+    "FAULTS_ON",
+    "WORKLOADS",
+    "Faults",
+    "HypothesisChoices",
+    "SeededChoices",
+    "SimulatedServer",
+    "Simulation",
+    "SimulationFailed",
+    "run_schedule",
+    "simulated_scripts",
+]
+
+
+def run_schedule(
+    server: SimulatedServer, workload: str, choices: Choices, faults: Faults = Faults()
+) -> Simulation:
+    """One schedule of ``workload``; raises :class:`SimulationFailed` with its trace."""
+    simulation = Simulation(server, choices, faults)
+    tags = cast(simulation, workload, choices)
+    simulation.run(tags)
+    return simulation

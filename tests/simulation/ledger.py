@@ -1,0 +1,204 @@
+"""What the simulated clients believe, beside what Redis holds, and the invariants checked
+between the two after every step. A broken invariant is a :class:`Violation` (with the step's
+number); the simulation stops there and prints its trace.
+
+The invariants:
+
+- **exclusion**: at most ``limit`` clients (1 for a lock, N for a semaphore) believe they hold
+  it at once. A holder believes until its lease ends by its own reckoning (sent at + lease,
+  lengthened by each renewal that succeeded), until it is told the lease is lost, or until it
+  released. After Redis lost data (a restart), every hold is *exposed*: its lease may be gone
+  and another may take the lock; it is not counted until a renewal or release proves its lease
+  was still there, and it must be told it lost it otherwise;
+- **fencing**: each fenced grant's token is larger than every one granted before for the lock;
+- **no double run**: a client that asked for the guarded work's result (``want_result``) is
+  never granted the lock while that result is kept;
+- **FIFO**: while no fault intervened, a grant never passes over a live waiter queued ahead;
+- **expiries**: every key of ours has one, after every step;
+- **bounded waits**: no block lasts past its acquisition's deadline nor past ``BLOCK_CAP``, and an
+  acquisition that nothing paused returns by its deadline;
+- **told, not fooled**: a renewal or release that finds the lease gone while it should still
+  run, with no fault to explain it, is a violation (and a hold is never kept after it is told).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_redis_lock.core.flows import BLOCK_CAP
+
+__all__ = ["Hold", "Ledger", "Violation"]
+
+# Slack for the rounding of block lengths to whole milliseconds.
+ROUNDING_US = 2000
+
+
+class Violation(AssertionError):
+    """An invariant broken at step ``step``."""
+
+    def __init__(self, step: int, message: str) -> None:
+        super().__init__(f"step {step}: {message}")
+        self.step = step
+        self.message = message
+
+
+@dataclass(slots=True)
+class Hold:
+    client: str
+    lock: str
+    token: str
+    fence: int
+    valid_until_us: int
+    exposed: bool = False
+    ended: bool = False
+
+    def believed(self, now_us: int) -> bool:
+        return not self.ended and not self.exposed and self.valid_until_us > now_us
+
+
+@dataclass(slots=True)
+class LockFacts:
+    """What the ledger knows of one lock: its limit, keys, and grants so far."""
+
+    limit: int
+    lease_key: str
+    queue_key: str
+    waiters_key: str
+    result_key: str | None
+    max_fence: int = 0
+    lapsed: bool = False  # a lease ran out under its holder: FIFO no longer applies
+    holds: list[Hold] = field(default_factory=list)
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.locks: dict[str, LockFacts] = {}
+        self.step = 0
+        self.now_us = 0
+        self.faults = 0  # faults injected so far
+        self.state: Any = None  # the latest Observed
+        self.before: Any = None  # the one before it (the state a step started from)
+
+    def lock(self, name: str, facts: LockFacts) -> None:
+        self.locks[name] = facts
+
+    def fail(self, message: str) -> None:
+        raise Violation(self.step, message)
+
+    # -- after every step ----------------------------------------------------------------------
+
+    def observed(self, state: Any) -> None:
+        self.before, self.state = self.state, state
+        for key, key_state in state.keys.items():
+            if key_state.pttl == -1:
+                self.fail(f"key {key!r} has no expiry")
+        for facts in self.locks.values():
+            # A lease ran out under its holder (or a phantom's: a grant whose reply was lost):
+            # the lock was free with waiters queued, and the first to ask takes it.
+            if facts.lease_key in state.expired or any(
+                not h.ended and h.valid_until_us <= self.now_us for h in facts.holds
+            ):
+                facts.lapsed = True
+            if self.before is not None and not self.faults and not facts.lapsed:
+                self._check_order(facts)
+
+    # -- what clients report -------------------------------------------------------------------
+
+    def granted(
+        self, client: str, lock: str, token: str, fence: int, valid_until_us: int,
+        *, fenced: bool = False, want_result: bool = False,
+    ) -> Hold:  # fmt: skip
+        facts = self.locks[lock]
+        believing = [hold for hold in facts.holds if hold.believed(self.now_us)]
+        if len(believing) + 1 > facts.limit:
+            others = ", ".join(f"{h.client} (until {h.valid_until_us})" for h in believing)
+            self.fail(f"{client} was granted {lock!r} while {others} held it (limit {facts.limit})")
+        if fenced:
+            if fence <= facts.max_fence:
+                self.fail(f"{client}'s fencing token {fence} for {lock!r} is not above "
+                          f"{facts.max_fence}, granted before")  # fmt: skip
+            facts.max_fence = fence
+        if want_result and facts.result_key and self.state.value(facts.result_key) is not None:
+            self.fail(f"{client} was granted {lock!r} to run the work again: its result is kept")
+        hold = Hold(client, lock, token, fence, valid_until_us)
+        facts.holds.append(hold)
+        return hold
+
+    def _check_order(self, facts: LockFacts) -> None:
+        """The holders that appeared with this step were first in line among the live waiters
+        (checked against the state the step started from)."""
+        before, after = self.before.value(facts.lease_key), self.state.value(facts.lease_key)
+        new = _holders(after) - _holders(before)
+        if not new:
+            return
+        queue = self.before.value(facts.queue_key) or []
+        waiters = self.before.value(facts.waiters_key) or {}
+        now_ms = self.now_us // 1000
+        for token in new:
+            ahead = queue[: queue.index(token)] if token in queue else queue
+            for other in ahead:
+                entry = waiters.get(other)
+                if other not in new and entry and int(entry.split("|", 1)[0]) >= now_ms:
+                    self.fail(f"{token} was granted {facts.lease_key!r} ahead of {other}, a "
+                              "live waiter queued before it")  # fmt: skip
+
+    def renewed(self, hold: Hold, sent_us: int, lease_ms: int, extended: bool) -> None:
+        if extended:
+            hold.valid_until_us = max(hold.valid_until_us, sent_us + lease_ms * 1000)
+            if hold.exposed:  # its lease was there after all: counted again
+                hold.exposed = False
+                believing = [h for h in self.locks[hold.lock].holds if h.believed(self.now_us)]
+                if len(believing) > self.locks[hold.lock].limit:
+                    self.fail(f"{hold.client}'s lease of {hold.lock!r} outlived a restart "
+                              f"while another holder took it")  # fmt: skip
+            return
+        self._told_lost(hold, "renewal")
+
+    def releasing(self, hold: Hold) -> None:
+        """The work under ``hold`` is over: its holder no longer acts on the lock."""
+        hold.ended = True
+
+    def released(self, hold: Hold, code: int) -> None:
+        if code == -2:
+            self.fail(f"{hold.client}'s release of {hold.lock!r} found no lock there")
+        if code < 0:
+            self._told_lost(hold, "release")
+        hold.ended = True
+
+    def _told_lost(self, hold: Hold, what: str) -> None:
+        if hold.valid_until_us > self.now_us and not hold.exposed and not self.faults:
+            self.fail(f"{hold.client}'s {what} found its lease of {hold.lock!r} gone, "
+                      f"{(hold.valid_until_us - self.now_us) / 1000:.3f} ms before it ends")  # fmt: skip
+        hold.ended = True
+
+    def ended(self, hold: Hold) -> None:
+        """The holder stopped believing (its release failed: the work is over)."""
+        hold.ended = True
+
+    def data_lost(self) -> None:
+        for facts in self.locks.values():
+            for hold in facts.holds:
+                if not hold.ended:
+                    hold.exposed = True
+
+    def blocked(self, client: str, seconds: float, deadline_us: int | None) -> None:
+        if seconds * 1e6 > BLOCK_CAP * 1e6 + ROUNDING_US:
+            self.fail(f"{client} blocks {seconds:.3f} s, past BLOCK_CAP")
+        if deadline_us is not None and self.now_us + seconds * 1e6 > deadline_us + ROUNDING_US:
+            self.fail(f"{client} blocks {seconds:.3f} s, past its wait's deadline "
+                      f"({(deadline_us - self.now_us) / 1e6:.3f} s away)")  # fmt: skip
+
+    def returned(self, client: str, deadline_us: int, paused: bool) -> None:
+        if not paused and self.now_us > deadline_us + ROUNDING_US:
+            self.fail(f"{client}'s acquisition returned {(self.now_us - deadline_us) / 1e3:.3f}"
+                      " ms after its deadline")  # fmt: skip
+
+
+def _holders(value: Any) -> set[str]:
+    """The tokens holding a lock (its lease value) or a semaphore (its holders' scores)."""
+    if value is None:
+        return set()
+    if isinstance(value, dict):
+        return set(value)
+    return {value.split("|", 1)[0]}

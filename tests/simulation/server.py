@@ -1,0 +1,210 @@
+"""The real redis-server as the simulation sees it: the engine's own scripts, on a simulated
+clock; simulated time applied to the keys' expiries; and the whole state of our keys read after
+every step, in one round trip.
+
+Time. The scripts ask ``server_time()`` (``scripts.SERVER_TIME``); here it reads the clock key
+of the script's hash tag (``sim:clock{tag}``), which the simulation sets. An expiry (``PX``,
+``PEXPIRE``) is Redis's own, in real milliseconds: :data:`OBSERVE` keeps each key's time left
+as the simulated clock sees it, by giving back the real time that passed since its last call
+(a few ms at most: the keys live as long in simulated time as their TTL said) and taking away
+the simulated time that passed. A key whose time runs out is deleted then, by the simulation,
+never by Redis: that is a lease expiring, applied at the point the schedule chose. (Redis may
+still expire a key of a millisecond or two by itself between two steps: ``real_expiries()``
+counts them, so that a failure they could explain is told apart.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from django_redis_lock.scripts import Script, load_script
+
+__all__ = ["CLOCK_PREFIX", "KeyState", "Observed", "SimulatedServer", "clock_key", "hash_tag"]
+
+CLOCK_PREFIX = "sim:clock"
+# The keys of ours the simulation watches (its locks' namespace).
+NAMESPACE = "drl-sim:"
+
+# The scripts' clock in the simulation: the simulated time of the script's hash tag (its
+# first key's), in µs, as the simulation last set it.
+SIMULATED_TIME = f"""
+local function server_time()
+  local key = KEYS[1]
+  local open = string.find(key, '{{', 1, true)
+  local close = open and string.find(key, '}}', open + 1, true)
+  local tag = ''
+  if close and close > open + 1 then tag = string.sub(key, open, close) end
+  local micros = tonumber(redis.call('GET', '{CLOCK_PREFIX}' .. tag))
+  return math.floor(micros / 1000), micros
+end"""
+
+# After each step (and to move time): set the clocks, pop what arrived on the lists that
+# parked clients block on, give every key of ours its simulated time left, delete those whose
+# time ran out, and return the state of all.
+# ARGV[1]  the simulated time for the next step, µs
+# ARGV[2]  how far simulated time moved since the last call, ms (0: it did not)
+# ARGV[3]  the pattern of our keys
+# ARGV[4...] the wake-up lists to pop, one element each
+# Returns {popped (false: nothing), expired keys, {key, pttl, type, value}...}
+OBSERVE = f"""
+local now, moved = ARGV[1], tonumber(ARGV[2])
+for _, key in ipairs(redis.call('KEYS', '{CLOCK_PREFIX}*')) do redis.call('SET', key, now) end
+local mark = 'sim:mark'
+local real = 0
+local left = redis.call('PTTL', mark)
+if left > 0 then real = 1000000000 - left end
+redis.call('SET', mark, '', 'PX', 1000000000)
+local popped = {{}}
+for i = 4, #ARGV do popped[#popped + 1] = redis.call('LPOP', ARGV[i]) or false end
+local expired, state = {{}}, {{}}
+for _, key in ipairs(redis.call('KEYS', ARGV[3])) do
+  local pttl = redis.call('PTTL', key)
+  if pttl > 0 and real - moved ~= 0 then
+    pttl = pttl + real - moved
+    if pttl <= 0 then
+      redis.call('DEL', key)
+      expired[#expired + 1] = key
+      pttl = -2
+    else
+      redis.call('PEXPIRE', key, pttl)
+    end
+  end
+  if pttl ~= -2 then
+    local kind = redis.call('TYPE', key)['ok']
+    local value = false
+    if kind == 'string' then value = redis.call('GET', key)
+    elseif kind == 'list' then value = redis.call('LRANGE', key, 0, -1)
+    elseif kind == 'hash' then value = redis.call('HGETALL', key)
+    elseif kind == 'zset' then value = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    end
+    state[#state + 1] = {{key, pttl, kind, value}}
+  end
+end
+return {{popped, expired, state}}
+"""
+
+
+def hash_tag(key: str) -> str:
+    """``{tag}`` as Redis Cluster hashes ``key`` by ('' when it has none)."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    return key[start : end + 1] if end > start + 1 else ""
+
+
+def clock_key(key: str) -> str:
+    """The clock key the scripts read for ``key``'s hash tag."""
+    return CLOCK_PREFIX + hash_tag(key)
+
+
+@dataclass(slots=True)
+class KeyState:
+    pttl: int  # ms left (-1: no expiry)
+    kind: str
+    value: Any  # str, list[str], dict[str, str], or dict[str, float] (a sorted set)
+
+
+@dataclass(slots=True)
+class Observed:
+    keys: dict[str, KeyState] = field(default_factory=dict)
+    popped: list[str | None] = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
+
+    def value(self, key: str) -> Any:
+        state = self.keys.get(key)
+        return None if state is None else state.value
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+
+
+def _decoded(kind: str, value: Any) -> Any:
+    if kind == "string":
+        return _text(value)
+    if kind == "list":
+        return [_text(item) for item in value]
+    if kind in ("hash", "zset"):
+        pairs = [_text(item) for item in value]
+        keys, values = pairs[0::2], pairs[1::2]
+        if kind == "zset":
+            return dict(zip(keys, (float(v) for v in values), strict=True))
+        return dict(zip(keys, values, strict=True))
+    return value
+
+
+class SimulatedServer:
+    """One real redis-server, run on simulated time (see the module's docstring)."""
+
+    def __init__(self, url: str, scripts: dict[str, Script] | None = None) -> None:
+        self.url = url
+        self.client = redis.Redis.from_url(url)
+        self.scripts = scripts if scripts is not None else simulated_scripts()
+        self.observer = self.client.register_script(OBSERVE)
+        self._expired_at_start = 0
+
+    def reset(self, tags: list[str], now_us: int) -> None:
+        """Empty the server for a new schedule, with the clocks of ``tags`` at ``now_us``."""
+        self.client.flushall()
+        for tag in tags:
+            self.client.set(CLOCK_PREFIX + tag, now_us)
+        self._expired_at_start = self.expired_keys()
+
+    def observe(self, now_us: int, moved_ms: int, pops: list[str]) -> Observed:
+        popped, expired, state = self.observer(args=[now_us, moved_ms, NAMESPACE + "*", *pops])
+        observed = Observed(
+            popped=[None if item is None else _text(item) for item in popped],
+            expired=[_text(key) for key in expired],
+        )
+        for key, pttl, kind, value in state:
+            kind = _text(kind)
+            observed.keys[_text(key)] = KeyState(int(pttl), kind, _decoded(kind, value))
+        return observed
+
+    def expired_keys(self) -> int:
+        return int(self.client.info("stats")["expired_keys"])
+
+    def real_expiries(self) -> int:
+        """Keys Redis expired by itself, in real time, since the schedule began."""
+        return self.expired_keys() - self._expired_at_start
+
+    # -- faults on the server ------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, bytes]:
+        """Every key of ours, as ``DUMP`` gives it (its TTL is kept by the caller)."""
+        keys = self.client.keys(NAMESPACE + "*")
+        dumps = self.client.pipeline(transaction=False)
+        for key in keys:
+            dumps.dump(key)
+        return {_text(key): dump for key, dump in zip(keys, dumps.execute(), strict=True)}
+
+    def restart(self, snapshot: dict[str, tuple[bytes, int]] | None) -> None:
+        """A restart that lost the data written since ``snapshot`` (key -> dump and simulated
+        ms left now), or all of it (None). Scripts are flushed, as a restart forgets them."""
+        keys = self.client.keys(NAMESPACE + "*")
+        if keys:
+            self.client.delete(*keys)
+        for key, (dump, ms) in (snapshot or {}).items():
+            self.client.restore(key, ms if ms > 0 else 0, dump)
+        self.client.script_flush()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def simulated_scripts(patch: Any = None) -> dict[str, Script]:
+    """The engine's scripts on the simulated clock; ``patch(name, source) -> source`` changes
+    a script's source first (a deliberate mutation, ``mutations.py``)."""
+    names = ("take", "take_many", "join", "release", "extend")
+    names += ("permit_acquire", "permit_release", "permit_extend")
+    scripts: dict[str, Script] = {}
+    for name in names:
+        script = load_script(name, server_time=SIMULATED_TIME)
+        if patch is not None:
+            source = patch(name, script.source)
+            if source != script.source:
+                script = Script(name, source)
+        scripts[name] = script
+    return scripts

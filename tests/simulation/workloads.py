@@ -1,0 +1,236 @@
+"""The simulated clients' programs, made of the engine's own flows (``core/``): acquire, hold
+(renewing), release; as ``Lock`` (plain, fenced, ``want_result``), ``Semaphore`` and
+``lock_many`` drive them. A schedule's cast (how many clients, which options, when each
+arrives, how long each works) is drawn from its choices too, so it shrinks with them.
+
+Each program reports to the ledger what its client now believes (granted, renewed, released,
+told it lost the lease), as the library's lock objects would act on the same outcomes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django_redis_lock.core import flows
+from django_redis_lock.core.flows import Acquired, AcquirePlan
+from django_redis_lock.core.lease import LockKeys, OwnerRecord
+from django_redis_lock.core.many import take_in_order
+from django_redis_lock.core.permits import PermitKeys
+from django_redis_lock.core.requests import Request, Sleep
+
+from .choices import Choices
+from .clients import Client
+from .ledger import Hold, LockFacts
+from .server import NAMESPACE, hash_tag
+from .simulation import Simulation
+
+__all__ = ["WORKLOADS", "Role", "cast"]
+
+WORKLOADS = ("lock", "fenced", "want_result", "semaphore", "many")
+PERMITS = 2  # a semaphore's limit
+RESULT_TTL_MS = 60_000
+
+Program = Generator[Request, Any, None]
+
+
+@dataclass(frozen=True)
+class Role:
+    """One client's part in a schedule."""
+
+    kind: str  # "lock", "semaphore" or "many"
+    names: tuple[str, ...]
+    first: str = "set"
+    fencing: bool = False
+    want_result: bool = False
+    renew: bool = False
+    lease_ms: int = 3000
+    wait_ms: int = 2000
+    work_ms: int = 500
+    rounds: int = 1
+
+
+def lock_keys(name: str) -> LockKeys:
+    return LockKeys.of(f"{NAMESPACE}{{{name}}}")
+
+
+def permit_keys(name: str) -> PermitKeys:
+    return PermitKeys.of(f"{NAMESPACE}{{{name}}}")
+
+
+def cast(sim: Simulation, workload: str, choices: Choices) -> list[str]:
+    """Add ``workload``'s clients to ``sim``, drawn from ``choices``; returns the hash tags
+    whose clocks the scripts read."""
+    names = ("a", "b", "c") if workload == "many" else ("s",) if workload == "semaphore" else ("a",)
+    for name in names:
+        if workload == "semaphore":
+            keys = permit_keys(name)
+            facts = LockFacts(PERMITS, keys.lease, keys.queue, keys.waiters, None)
+        else:
+            lock = lock_keys(name)
+            facts = LockFacts(1, lock.lease, lock.queue, lock.waiters, lock.result)
+        sim.ledger.lock(name, facts)
+    for number in range(choices.number(2, 4)):
+        role = _role(workload, names, choices)
+        arrival = choices.pick((0, 0, 5, 400, 2500))
+        sim.add(f"c{number + 1}", _start(sim, role), arrival)
+    return [hash_tag(lock_keys(name).lease) for name in names]
+
+
+def _role(workload: str, names: tuple[str, ...], choices: Choices) -> Role:
+    fencing = workload == "fenced" or (workload == "lock" and choices.chance(20))
+    want_result = workload == "want_result"
+    first = "take" if fencing or want_result or workload == "semaphore" else "set"
+    if choices.chance(25):
+        first = "join"  # seen contended lately (Lock._first_try)
+    members = names
+    if workload == "many":
+        members = tuple(sorted(set(choices.pick(((0, 1), (1, 2), (0, 1, 2), (0, 2))))))
+        members = tuple(names[i] for i in members)
+    return Role(
+        kind="semaphore" if workload == "semaphore" else "many" if workload == "many" else "lock",
+        names=members,
+        first=first,
+        fencing=fencing,
+        want_result=want_result,
+        renew=choices.chance(50),
+        lease_ms=choices.pick((3000, 1000, 10_000)),
+        wait_ms=choices.pick((2000, 0, 500, 8000)),
+        work_ms=choices.pick((500, 10, 2500, 12_000)),
+        rounds=choices.number(1, 2),
+    )
+
+
+def _start(sim: Simulation, role: Role) -> Any:
+    def start(client: Client) -> Program:
+        if role.kind == "many":
+            return _many_program(sim, client, role)
+        return _one_program(sim, client, role)
+
+    return start
+
+
+def _plan(sim: Simulation, client: Client, role: Role, keys: Any, token: str) -> AcquirePlan:
+    """As ``Lock._prepare`` plans an acquisition."""
+    record = OwnerRecord(role.lease_ms / 1000, 1, "sim", client.name).encode()
+    started = sim.clock()
+    return AcquirePlan(
+        keys=keys, token=token, lease_ms=role.lease_ms, record=record,
+        max_wait=role.wait_ms / 1000, clock=sim.clock, first=role.first,
+        fencing=role.fencing, want_result=role.want_result,
+        limit=PERMITS if role.kind == "semaphore" else 0, started=started,
+        strays=client.strays.take(keys.lease, started), strayed=client.strays.left,
+    )  # fmt: skip
+
+
+def _acquire(sim: Simulation, client: Client, plan: AcquirePlan, lock: str) -> Any:
+    """``flows.acquire``, reported; returns its :class:`Hold` when granted, else None."""
+    deadline_us = round((plan.started + plan.max_wait) * 1e6)
+    client.deadline_us, client.paused_while_acquiring = deadline_us, False
+    try:
+        outcome = yield from flows.acquire(plan)
+    except Exception as error:  # noqa: BLE001  (the Lock raises LockBackendError)
+        client.notes.append(f"acquire failed: {error!r}")
+        outcome = None
+    sim.ledger.returned(client.name, deadline_us, client.paused_while_acquiring)
+    client.deadline_us = None
+    if not isinstance(outcome, Acquired):
+        return None
+    return sim.ledger.granted(
+        client.name, lock, plan.token, outcome.fence,
+        round(outcome.sent_at * 1e6) + outcome.lease_ms * 1000,
+        fenced=plan.fencing, want_result=plan.want_result,
+    ), outcome  # fmt: skip
+
+
+def _one_program(sim: Simulation, client: Client, role: Role) -> Program:
+    name = role.names[0]
+    keys = permit_keys(name) if role.kind == "semaphore" else lock_keys(name)
+    for round_ in range(role.rounds):
+        plan = _plan(sim, client, role, keys, f"{client.name}.{round_}")
+        granted = yield from _acquire(sim, client, plan, name)
+        if granted is not None:
+            hold, outcome = granted
+            held = [(keys, hold, outcome)]
+            if (yield from _work(sim, role, held)):
+                result = f"done-by-{plan.token}".encode() if role.want_result else None
+                yield from _release(sim, held, result)
+
+
+def _many_program(sim: Simulation, client: Client, role: Role) -> Program:
+    """As ``LockGroup`` acquires: the free ones in one script, then each in order; on a
+    failure, what it took is released, last first."""
+    for round_ in range(role.rounds):
+        plans = [
+            _plan(sim, client, role, lock_keys(name), f"{client.name}.{round_}.{name}")
+            for name in role.names
+        ]
+        deadline = plans[0].started + plans[0].max_wait
+        held: list[tuple[Any, Hold, Acquired]] = []
+        try:
+            taken = yield from take_in_order(plans)
+        except Exception as error:  # noqa: BLE001
+            client.notes.append(f"take_many failed: {error!r}")
+            continue
+        for plan, acquired, name in zip(plans, taken.acquired, role.names, strict=False):
+            valid_until = round(acquired.sent_at * 1e6) + acquired.lease_ms * 1000
+            hold = sim.ledger.granted(client.name, name, plan.token, 0, valid_until)
+            held.append((plan.keys, hold, acquired))
+        complete = True
+        for plan, name in zip(plans[len(held) :], role.names[len(held) :], strict=True):
+            wait = max(0.0, deadline - sim.clock())
+            plan = replace(plan, max_wait=wait, started=sim.clock())
+            granted = yield from _acquire(sim, client, plan, name)
+            if granted is None:
+                complete = False
+                break
+            hold, outcome = granted
+            held.append((plan.keys, hold, outcome))
+        if not complete:
+            yield from _release(sim, held, None)
+            continue
+        if (yield from _work(sim, role, held)):
+            yield from _release(sim, held, None)
+
+
+def _work(sim: Simulation, role: Role, held: Sequence[tuple[Any, Hold, Acquired]]) -> Any:
+    """Work for ``role.work_ms``, renewing as the watchdog would (each lease a third of the
+    way, a lease handed over short at once); False when a renewal was told the lease is lost
+    (the holder stops: ``LockLost``)."""
+    work_end = sim.now_us + role.work_ms * 1000
+    renewing = role.renew or any(o.lease_ms < role.lease_ms for _, _, o in held)
+    every = min(min(o.lease_ms for _, _, o in held), role.lease_ms) * 1000 // 3
+    while sim.now_us < work_end:
+        yield Sleep((min(work_end, sim.now_us + every) - sim.now_us) / 1e6 if renewing
+                    else (work_end - sim.now_us) / 1e6)  # fmt: skip
+        if sim.now_us >= work_end or not renewing:
+            break
+        for keys, hold, _ in held:
+            sent = sim.now_us
+            try:
+                extended = yield from flows.extend(keys, hold.token, role.lease_ms)
+            except Exception:  # noqa: BLE001  (tried again next time)
+                continue
+            sim.ledger.renewed(hold, sent, role.lease_ms, extended)
+            if not extended:
+                return False
+        renewing = role.renew
+        every = role.lease_ms * 1000 // 3
+    return True
+
+
+def _release(
+    sim: Simulation, held: Sequence[tuple[Any, Hold, Acquired]], result: bytes | None
+) -> Program:
+    for keys, hold, outcome in reversed(held):
+        sim.ledger.releasing(hold)
+        keep: dict[str, Any] = {}
+        if result is not None:
+            keep = {"result": result, "result_ttl_ms": RESULT_TTL_MS}
+        try:
+            code = yield from flows.release(keys, hold.token, outcome.next_token, **keep)
+        except Exception:  # noqa: BLE001  (the Lock raises LockBackendError; the lease runs out)
+            sim.ledger.ended(hold)
+            continue
+        sim.ledger.released(hold, code)
