@@ -147,9 +147,10 @@ class Script:
             return await aexecute_acknowledged(client, command, replicas, timeout_ms, wanted)
 
 
-# The scripts' clock: now, in ms and in µs, by the server's own (``TIME``). The one thing about
-# a script a deterministic simulation (tests/simulation/) replaces, by its own clock: it gives
-# load_script() another definition of server_time().
+# The scripts' clock: server_time(), now in ms and in µs, by the server's own (``TIME``). The
+# one thing about a script that a deterministic simulation (tests/simulation/) replaces: it
+# gives load_script() its own clock, first in the prelude (so it may also stand in for the
+# server's clock of expiries, behind every ``redis.call`` after it).
 SERVER_TIME = """
 local function server_time()
   local t = redis.call('TIME')
@@ -177,6 +178,7 @@ end"""
 # the lease may be handed to that one and end with its liveness.
 _PRELUDE = f"""
 local QUEUE_TTL_MS, HANDOFF_MS = {QUEUE_TTL_MS}, {HANDOFF_MS}
+{{server_time}}
 local function duration(value)
   local ms = tonumber(value)
   if not ms or ms < 1 or ms > {MAX_SECONDS * 1000} or ms % 1 ~= 0 then
@@ -191,7 +193,6 @@ local function lease_fields(value)
   return string.sub(value, 1, a - 1), string.sub(value, a + 1, b - 1),
     string.sub(value, b + 1, c - 1), string.sub(value, c + 1)
 end
-{{server_time}}
 local function job_of(token)
   return string.match(token, '^([^~]+)~')
 end

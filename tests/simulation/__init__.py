@@ -8,6 +8,8 @@ the invariants, ``workloads.py`` for the clients, ``__main__.py`` for ``make sim
 
 from __future__ import annotations
 
+import random
+
 from .choices import Choices, HypothesisChoices, SeededChoices
 from .server import SimulatedServer, simulated_scripts
 from .simulation import FAULTS_ON, Faults, Simulation, SimulationFailed
@@ -31,6 +33,8 @@ def run_schedule(
     server: SimulatedServer, workload: str, choices: Choices, faults: Faults = Faults()
 ) -> Simulation:
     """One schedule of ``workload``; raises :class:`SimulationFailed` with its trace."""
+    if isinstance(choices, SeededChoices):
+        random.seed(choices.seed)  # the flows' own random delays (Hypothesis seeds its own)
     simulation = Simulation(server, choices, faults)
     tags = cast(simulation, workload, choices)
     simulation.run(tags)

@@ -3,14 +3,15 @@ clock; simulated time applied to the keys' expiries; and the whole state of our 
 every step, in one round trip.
 
 Time. The scripts ask ``server_time()`` (``scripts.SERVER_TIME``); here it reads the clock key
-of the script's hash tag (``sim:clock{tag}``), which the simulation sets. An expiry (``PX``,
-``PEXPIRE``) is Redis's own, in real milliseconds: :data:`OBSERVE` keeps each key's time left
-as the simulated clock sees it, by giving back the real time that passed since its last call
-(a few ms at most: the keys live as long in simulated time as their TTL said) and taking away
-the simulated time that passed. A key whose time runs out is deleted then, by the simulation,
-never by Redis: that is a lease expiring, applied at the point the schedule chose. (Redis may
-still expire a key of a millisecond or two by itself between two steps: ``real_expiries()``
-counts them, so that a failure they could explain is told apart.)
+of the script's hash tag (``sim:clock{tag}``), which the simulation sets. Expiries are Redis's
+own, but slowed down :data:`SCALE` times: a simulated millisecond is 10 real seconds, so no key
+ever expires by itself in real time, and real time passing between two steps (under a second)
+never shows in a TTL read back. Every expiry written (``SET ... PX``, ``PEXPIRE``) is scaled up
+and every ``PTTL`` read scaled down (rounded): in the scripts, by a ``redis`` that stands in for
+Redis's in the scripts' prelude; in plain commands, by :func:`scaled`. After each step the
+simulation gives every key its simulated time left exactly (:data:`OBSERVE`), minus the
+simulated time that passed, and deletes those whose time ran out: that is a lease expiring,
+applied at the point the schedule chose, never by a real sleep.
 """
 
 from __future__ import annotations
@@ -22,54 +23,85 @@ import redis
 
 from django_redis_lock.scripts import Script, load_script
 
-__all__ = ["CLOCK_PREFIX", "KeyState", "Observed", "SimulatedServer", "clock_key", "hash_tag"]
+__all__ = [
+    "CLOCK_PREFIX",
+    "NAMESPACE",
+    "SCALE",
+    "KeyState",
+    "Observed",
+    "SimulatedServer",
+    "clock_key",
+    "hash_tag",
+    "scaled",
+]
 
 CLOCK_PREFIX = "sim:clock"
 # The keys of ours the simulation watches (its locks' namespace).
 NAMESPACE = "drl-sim:"
+# Real milliseconds of expiry per simulated one.
+SCALE = 10_000
 
 # The scripts' clock in the simulation: the simulated time of the script's hash tag (its
-# first key's), in µs, as the simulation last set it.
-SIMULATED_TIME = f"""
+# first key's), in µs, as the simulation last set it; and expiries slowed down SCALE times.
+SIMULATED_CLOCK = f"""
+local server = redis
+local SCALE = {SCALE}
+local function scaled_call(call, command, ...)
+  local args = {{...}}
+  local name = string.upper(command)
+  if name == 'PTTL' then
+    local ms = call(command, ...)
+    if type(ms) ~= 'number' or ms < 0 then return ms end
+    return math.max(1, math.floor(ms / SCALE + 0.5))
+  elseif name == 'PEXPIRE' then
+    args[2] = tonumber(args[2]) * SCALE
+  elseif name == 'SET' then
+    for i = 3, #args - 1 do
+      if string.upper(tostring(args[i])) == 'PX' then args[i + 1] = tonumber(args[i + 1]) * SCALE end
+    end
+  end
+  return call(command, unpack(args))
+end
+local redis = setmetatable({{
+  call = function(...) return scaled_call(server.call, ...) end,
+  pcall = function(...) return scaled_call(server.pcall, ...) end,
+}}, {{__index = server}})
 local function server_time()
   local key = KEYS[1]
   local open = string.find(key, '{{', 1, true)
   local close = open and string.find(key, '}}', open + 1, true)
   local tag = ''
   if close and close > open + 1 then tag = string.sub(key, open, close) end
-  local micros = tonumber(redis.call('GET', '{CLOCK_PREFIX}' .. tag))
+  local micros = tonumber(server.call('GET', '{CLOCK_PREFIX}' .. tag))
   return math.floor(micros / 1000), micros
 end"""
 
 # After each step (and to move time): set the clocks, pop what arrived on the lists that
-# parked clients block on, give every key of ours its simulated time left, delete those whose
-# time ran out, and return the state of all.
+# parked clients block on, give every key of ours its simulated time left, less the simulated
+# time that passed (deleting those whose time ran out), and return the state of all.
 # ARGV[1]  the simulated time for the next step, µs
 # ARGV[2]  how far simulated time moved since the last call, ms (0: it did not)
 # ARGV[3]  the pattern of our keys
 # ARGV[4...] the wake-up lists to pop, one element each
-# Returns {popped (false: nothing), expired keys, {key, pttl, type, value}...}
+# Returns {popped (false: nothing), expired keys, {key, simulated pttl, type, value}...}
 OBSERVE = f"""
 local now, moved = ARGV[1], tonumber(ARGV[2])
-for _, key in ipairs(redis.call('KEYS', '{CLOCK_PREFIX}*')) do redis.call('SET', key, now) end
-local mark = 'sim:mark'
-local real = 0
-local left = redis.call('PTTL', mark)
-if left > 0 then real = 1000000000 - left end
-redis.call('SET', mark, '', 'PX', 1000000000)
+for _, key in ipairs(redis.call('KEYS', '{CLOCK_PREFIX}*')) do
+  redis.call('SET', key, now, 'KEEPTTL')
+end
 local popped = {{}}
 for i = 4, #ARGV do popped[#popped + 1] = redis.call('LPOP', ARGV[i]) or false end
 local expired, state = {{}}, {{}}
 for _, key in ipairs(redis.call('KEYS', ARGV[3])) do
   local pttl = redis.call('PTTL', key)
-  if pttl > 0 and real - moved ~= 0 then
-    pttl = pttl + real - moved
+  if pttl > 0 then
+    pttl = math.floor(pttl / {SCALE} + 0.5) - moved
     if pttl <= 0 then
       redis.call('DEL', key)
       expired[#expired + 1] = key
       pttl = -2
     else
-      redis.call('PEXPIRE', key, pttl)
+      redis.call('PEXPIRE', key, pttl * {SCALE})
     end
   end
   if pttl ~= -2 then
@@ -85,6 +117,28 @@ for _, key in ipairs(redis.call('KEYS', ARGV[3])) do
 end
 return {{popped, expired, state}}
 """
+
+
+def scaled(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A plain command with its expiry slowed down as the scripts' are (``SET ... PX``,
+    ``PEXPIRE``); a ``PTTL``'s reply is scaled back by the caller."""
+    name = str(args[0]).upper()
+    if name == "PEXPIRE":
+        return (*args[:2], int(args[2]) * SCALE, *args[3:])
+    if name == "SET":
+        parts = list(args)
+        for i in range(3, len(parts) - 1):
+            if str(parts[i]).upper() == "PX":
+                parts[i + 1] = int(parts[i + 1]) * SCALE
+        return tuple(parts)
+    return args
+
+
+def unscaled_pttl(reply: Any) -> Any:
+    """A real ``PTTL`` reply in simulated ms."""
+    if isinstance(reply, int) and reply > 0:
+        return max(1, (reply + SCALE // 2) // SCALE)
+    return reply
 
 
 def hash_tag(key: str) -> str:
@@ -143,14 +197,13 @@ class SimulatedServer:
         self.client = redis.Redis.from_url(url)
         self.scripts = scripts if scripts is not None else simulated_scripts()
         self.observer = self.client.register_script(OBSERVE)
-        self._expired_at_start = 0
 
     def reset(self, tags: list[str], now_us: int) -> None:
-        """Empty the server for a new schedule, with the clocks of ``tags`` at ``now_us``."""
-        self.client.flushall()
+        """Empty the database for a new schedule, with the clocks of ``tags`` at ``now_us``
+        (kept an hour: no key is left without an expiry)."""
+        self.client.flushdb()
         for tag in tags:
-            self.client.set(CLOCK_PREFIX + tag, now_us)
-        self._expired_at_start = self.expired_keys()
+            self.client.set(CLOCK_PREFIX + tag, now_us, px=3_600_000)
 
     def observe(self, now_us: int, moved_ms: int, pops: list[str]) -> Observed:
         popped, expired, state = self.observer(args=[now_us, moved_ms, NAMESPACE + "*", *pops])
@@ -162,13 +215,6 @@ class SimulatedServer:
             kind = _text(kind)
             observed.keys[_text(key)] = KeyState(int(pttl), kind, _decoded(kind, value))
         return observed
-
-    def expired_keys(self) -> int:
-        return int(self.client.info("stats")["expired_keys"])
-
-    def real_expiries(self) -> int:
-        """Keys Redis expired by itself, in real time, since the schedule began."""
-        return self.expired_keys() - self._expired_at_start
 
     # -- faults on the server ------------------------------------------------------------------
 
@@ -187,7 +233,7 @@ class SimulatedServer:
         if keys:
             self.client.delete(*keys)
         for key, (dump, ms) in (snapshot or {}).items():
-            self.client.restore(key, ms if ms > 0 else 0, dump)
+            self.client.restore(key, ms * SCALE, dump)
         self.client.script_flush()
 
     def close(self) -> None:
@@ -201,7 +247,7 @@ def simulated_scripts(patch: Any = None) -> dict[str, Script]:
     names += ("permit_acquire", "permit_release", "permit_extend")
     scripts: dict[str, Script] = {}
     for name in names:
-        script = load_script(name, server_time=SIMULATED_TIME)
+        script = load_script(name, server_time=SIMULATED_CLOCK)
         if patch is not None:
             source = patch(name, script.source)
             if source != script.source:

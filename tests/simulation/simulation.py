@@ -37,7 +37,7 @@ from django_redis_lock.core.requests import Block, Command, Eval, Failover, Pipe
 from .choices import Choices
 from .clients import NOTHING, Client
 from .ledger import Ledger, Violation
-from .server import Observed, SimulatedServer
+from .server import Observed, SimulatedServer, scaled, unscaled_pttl
 from .trace import Trace, describe
 
 __all__ = ["Faults", "Simulation", "SimulationFailed", "START_US"]
@@ -66,14 +66,9 @@ FAULTS_ON = Faults(percent=6, request_percent=6)
 class SimulationFailed(AssertionError):
     """An invariant broke (or the schedule never ended); the message has the trace."""
 
-    def __init__(self, violation: BaseException, trace: str, real_expiries: int) -> None:
-        note = ""
-        if real_expiries:
-            note = (f"\n(Redis expired {real_expiries} key(s) by itself in real time during "
-                    "this schedule, which may explain it: run it again.)")  # fmt: skip
-        super().__init__(f"{violation}\n\n{trace}{note}")
+    def __init__(self, violation: Violation, trace: str) -> None:
+        super().__init__(f"{violation}\n\n{trace}")
         self.violation = violation
-        self.real_expiries = real_expiries
 
 
 @dataclass
@@ -123,7 +118,7 @@ class Simulation:
                 self.ledger.step = self.steps
                 self._step()
         except Violation as violation:
-            raise SimulationFailed(violation, self.trace.text(), self.server.real_expiries())
+            raise SimulationFailed(violation, self.trace.text()) from None
         finally:
             for client in self.clients:
                 if client.program is not None:
@@ -213,12 +208,17 @@ class Simulation:
             script = self.server.scripts[request.script]
             return self.backend.run_script(script, request.keys, request.args)
         if type(request) is Command:
-            return self.backend.send(*request.args)
+            return self._replied(request.args, self.backend.send(*scaled(request.args)))
         if type(request) is Pipeline:
-            return self.backend.send_many(request.commands)
+            replies = self.backend.send_many([scaled(command) for command in request.commands])
+            return [self._replied(c, r) for c, r in zip(request.commands, replies, strict=True)]
         if type(request) is Failover:
             return None
         raise TypeError(f"the simulation cannot carry out {request!r}")
+
+    @staticmethod
+    def _replied(command: tuple[Any, ...], reply: Any) -> Any:
+        return unscaled_pttl(reply) if str(command[0]).upper() == "PTTL" else reply
 
     def _park(self, client: Client, request: Block, seconds: float, first_reply: Any) -> None:
         # (A request that waited for a stall counts its block from when it was sent.)
