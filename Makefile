@@ -11,11 +11,12 @@ TOX_ARGS ?=
 PYENV_BINS := $(shell root=$$(pyenv root 2>/dev/null) && for v in "$$root"/versions/3.1[0-9]*; do [ -x "$$v/bin/python" ] && printf '%s:' "$$v/bin"; done)
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint format tox bench clean
+.PHONY: help demo test simulate lint format tox bench clean
 
 help:
 	@echo "make demo   serve the example project on http://127.0.0.1:$(PORT)/ (make demo PORT=8001; embedded Redis unless REDIS_URL is set)"
 	@echo "make test   run the whole test suite against private redis-server processes"
+	@echo "make simulate  a campaign of the protocol's simulation: 100,000 schedules per workload and topology, faults on (SCHEDULES=n WORKLOAD=w TOPOLOGY=t FAULTS=off; SEED=n replays one, with its trace)"
 	@echo "make lint   ruff and mypy"
 	@echo "make tox    the Python x Django matrix (a missing Python fails it; SKIP_MISSING=1 skips instead)"
 	@echo "make bench  compare the lock with other Redis locks, the task guards with celery-once and celery-singleton, the semaphore, dead waiters and faults, and the metrics (~18 minutes), writes benchmarks/results*.md"
@@ -35,6 +36,13 @@ demo: $(VENV)/.installed-embedded
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The deterministic simulation (tests/simulation/): a campaign, or one schedule replayed.
+SIMULATE_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(WORKLOAD),--workload $(WORKLOAD)) \
+	$(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(FAULTS),--faults $(FAULTS)) \
+	$(if $(SCHEDULES),--schedules $(SCHEDULES)) $(if $(JOBS),--jobs $(JOBS))
+simulate: $(VENV)/.installed-test
+	$(BIN)/python -m tests.simulation $(SIMULATE_ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

@@ -13,6 +13,7 @@ import random
 from .choices import Choices, HypothesisChoices, SeededChoices
 from .server import SimulatedServer, simulated_scripts
 from .simulation import FAULTS_ON, Faults, Simulation, SimulationFailed
+from .topology import TOPOLOGIES, ClusterWorld, ServerWorld, World, simulated_topology
 from .workloads import WORKLOADS, cast
 
 __all__ = [
@@ -21,7 +22,12 @@ __all__ = [
     "Faults",
     "HypothesisChoices",
     "SeededChoices",
+    "ClusterWorld",
+    "ServerWorld",
     "SimulatedServer",
+    "TOPOLOGIES",
+    "World",
+    "simulated_topology",
     "Simulation",
     "SimulationFailed",
     "run_schedule",
@@ -30,12 +36,13 @@ __all__ = [
 
 
 def run_schedule(
-    server: SimulatedServer, workload: str, choices: Choices, faults: Faults = Faults()
+    world: World, workload: str, choices: Choices, faults: Faults = Faults()
 ) -> Simulation:
-    """One schedule of ``workload``; raises :class:`SimulationFailed` with its trace."""
+    """One schedule of ``workload`` on ``world``; raises :class:`SimulationFailed` with its
+    trace."""
     if isinstance(choices, SeededChoices):
         random.seed(choices.seed)  # the flows' own random delays (Hypothesis seeds its own)
-    simulation = Simulation(server, choices, faults)
-    tags = cast(simulation, workload, choices)
-    simulation.run(tags)
+    simulation = Simulation(world, choices, faults)
+    cast(simulation, workload, choices)
+    simulation.run()
     return simulation

@@ -43,6 +43,7 @@ class Client:
     deadline_us: int | None = None  # while acquiring: when its wait ends
     strays: Strays = field(default_factory=Strays)  # this client's process's (holds.Strays)
     notes: list[str] = field(default_factory=list)
+    outcome: Any = None  # its last acquisition's
 
     def paused(self, now_us: int) -> bool:
         return self.paused_until_us > now_us

@@ -107,9 +107,13 @@ class Ledger:
 
     def granted(
         self, client: str, lock: str, token: str, fence: int, valid_until_us: int,
-        *, fenced: bool = False, want_result: bool = False,
+        *, fenced: bool = False, want_result: bool = False, job: str = "",
     ) -> Hold:  # fmt: skip
         facts = self.locks[lock]
+        if job and not token.endswith("~queued"):  # a run takes its job's reservation over
+            for hold in facts.holds:
+                if hold.token == f"{job}~queued":
+                    hold.ended = True
         believing = [hold for hold in facts.holds if hold.believed(self.now_us)]
         if len(believing) + 1 > facts.limit:
             others = ", ".join(f"{h.client} (until {h.valid_until_us})" for h in believing)
@@ -119,7 +123,8 @@ class Ledger:
                 self.fail(f"{client}'s fencing token {fence} for {lock!r} is not above "
                           f"{facts.max_fence}, granted before")  # fmt: skip
             facts.max_fence = fence
-        if want_result and facts.result_key and self.state.value(facts.result_key) is not None:
+        kept = self.state.value(facts.result_key) if facts.result_key else None
+        if want_result and kept is not None and (not job or kept == job):
             self.fail(f"{client} was granted {lock!r} to run the work again: its result is kept")
         hold = Hold(client, lock, token, fence, valid_until_us)
         facts.holds.append(hold)
@@ -171,6 +176,14 @@ class Ledger:
             self.fail(f"{hold.client}'s {what} found its lease of {hold.lock!r} gone, "
                       f"{(hold.valid_until_us - self.now_us) / 1000:.3f} ms before it ends")  # fmt: skip
         hold.ended = True
+
+    def reservation_ended(self, job: str, code: int | None) -> None:
+        """``jobs.cancel`` ended ``job``'s reservation (0), found none (-1: one made since
+        may be there), or failed (None: it may have ended it)."""
+        for facts in self.locks.values():
+            for hold in facts.holds:
+                if hold.token == f"{job}~queued" and code != -1:
+                    hold.ended = True
 
     def ended(self, hold: Hold) -> None:
         """The holder stopped believing (its release failed: the work is over)."""

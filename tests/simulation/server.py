@@ -30,8 +30,6 @@ __all__ = [
     "KeyState",
     "Observed",
     "SimulatedServer",
-    "clock_key",
-    "hash_tag",
     "scaled",
 ]
 
@@ -89,8 +87,13 @@ local now, moved = ARGV[1], tonumber(ARGV[2])
 for _, key in ipairs(redis.call('KEYS', '{CLOCK_PREFIX}*')) do
   redis.call('SET', key, now, 'KEEPTTL')
 end
+-- (Only keys that are here: a cluster node whose slot is moving may not touch the others.)
+local here = {{}}
+for _, key in ipairs(redis.call('KEYS', ARGV[3])) do here[key] = true end
 local popped = {{}}
-for i = 4, #ARGV do popped[#popped + 1] = redis.call('LPOP', ARGV[i]) or false end
+for i = 4, #ARGV do
+  popped[#popped + 1] = here[ARGV[i]] and redis.call('LPOP', ARGV[i]) or false
+end
 local expired, state = {{}}, {{}}
 for _, key in ipairs(redis.call('KEYS', ARGV[3])) do
   local pttl = redis.call('PTTL', key)
@@ -141,18 +144,6 @@ def unscaled_pttl(reply: Any) -> Any:
     return reply
 
 
-def hash_tag(key: str) -> str:
-    """``{tag}`` as Redis Cluster hashes ``key`` by ('' when it has none)."""
-    start = key.find("{")
-    end = key.find("}", start + 1) if start >= 0 else -1
-    return key[start : end + 1] if end > start + 1 else ""
-
-
-def clock_key(key: str) -> str:
-    """The clock key the scripts read for ``key``'s hash tag."""
-    return CLOCK_PREFIX + hash_tag(key)
-
-
 @dataclass(slots=True)
 class KeyState:
     pttl: int  # ms left (-1: no expiry)
@@ -197,16 +188,21 @@ class SimulatedServer:
         self.client = redis.Redis.from_url(url)
         self.scripts = scripts if scripts is not None else simulated_scripts()
         self.observer = self.client.register_script(OBSERVE)
+        # The node imports the slot being moved (Redis Cluster): each call says ASKING first.
+        self.asking = False
 
-    def reset(self, tags: list[str], now_us: int) -> None:
-        """Empty the database for a new schedule, with the clocks of ``tags`` at ``now_us``
-        (kept an hour: no key is left without an expiry)."""
+    def reset(self) -> None:
+        """Empty the database for a new schedule."""
         self.client.flushdb()
-        for tag in tags:
-            self.client.set(CLOCK_PREFIX + tag, now_us, px=3_600_000)
 
     def observe(self, now_us: int, moved_ms: int, pops: list[str]) -> Observed:
-        popped, expired, state = self.observer(args=[now_us, moved_ms, NAMESPACE + "*", *pops])
+        args = [now_us, moved_ms, NAMESPACE + "*", *pops]
+        if self.asking:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.execute_command("ASKING").execute_command("EVAL", OBSERVE, 0, *args)
+            popped, expired, state = pipe.execute()[1]
+        else:
+            popped, expired, state = self.observer(args=args)
         observed = Observed(
             popped=[None if item is None else _text(item) for item in popped],
             expired=[_text(key) for key in expired],

@@ -24,6 +24,7 @@ takes no time, and a waiter always asks again before its liveness deadline.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,13 +32,13 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_redis_lock.backends import ServerBackend
 from django_redis_lock.core.requests import Block, Command, Eval, Failover, Pipeline, Request
 
 from .choices import Choices
 from .clients import NOTHING, Client
 from .ledger import Ledger, Violation
-from .server import Observed, SimulatedServer, scaled, unscaled_pttl
+from .server import Observed, scaled, unscaled_pttl
+from .topology import World
 from .trace import Trace, describe
 
 __all__ = ["Faults", "Simulation", "SimulationFailed", "START_US"]
@@ -73,7 +74,7 @@ class SimulationFailed(AssertionError):
 
 @dataclass
 class Simulation:
-    server: SimulatedServer
+    world: World
     choices: Choices
     faults: Faults = Faults()
     max_steps: int = 3000  # a schedule longer than this never ends: a violation
@@ -87,7 +88,7 @@ class Simulation:
     _snapshot: tuple[int, dict[str, tuple[bytes, int]]] | None = None
 
     def __post_init__(self) -> None:
-        self.backend = ServerBackend(self.server.client)
+        self.backend = self.world.backend
         self.ledger.now_us = self.now_us
 
     def add(self, name: str, start: Callable[[Client], Any], arrival_ms: int = 0) -> Client:
@@ -104,9 +105,9 @@ class Simulation:
 
     # -- running -------------------------------------------------------------------------------
 
-    def run(self, tags: list[str]) -> None:
+    def run(self) -> None:
         """Run every client to its end; raises :class:`SimulationFailed`."""
-        self.server.reset(tags, self.now_us)
+        self.world.reset(self.now_us)
         self._ttl_ms = self.now_us // 1000
         try:
             self._observe()
@@ -130,6 +131,10 @@ class Simulation:
         if faulty and self.choices.chance(self.faults.percent):
             if self._fault(runnable):
                 return
+        under_way = self.world.under_way()
+        if under_way is not None and self.choices.chance(25):  # (a slot moves key by key)
+            self._world_fault(under_way)
+            return
         if not runnable:
             self._advance()
             return
@@ -192,7 +197,8 @@ class Simulation:
         else:
             error_reply = None
         if fault == "timed out" and getattr(request, "give_back", None) is not None:
-            self._perform(request.give_back)  # type: ignore[union-attr]
+            with contextlib.suppress(Exception):  # sent after it, its reply never read
+                self._perform(request.give_back)  # type: ignore[union-attr]
         self.now_us += 1
         self._observe()
         if fault is not None:
@@ -204,8 +210,12 @@ class Simulation:
         return reply, error_reply
 
     def _perform(self, request: Request) -> Any:
+        with self.world.carrying():
+            return self._carried(request)
+
+    def _carried(self, request: Request) -> Any:
         if type(request) is Eval:
-            script = self.server.scripts[request.script]
+            script = self.world.scripts[request.script]
             return self.backend.run_script(script, request.keys, request.args)
         if type(request) is Command:
             return self._replied(request.args, self.backend.send(*scaled(request.args)))
@@ -241,7 +251,7 @@ class Simulation:
         waiting = [c for c in self.clients if c.state == "parked" and not c.inbox and not c.broken]
         moved = self.now_us // 1000 - self._ttl_ms
         self._ttl_ms = self.now_us // 1000
-        observed = self.server.observe(self.now_us, moved, [c.wake_key for c in waiting])
+        observed = self.world.observe(self.now_us, moved, [c.wake_key for c in waiting])
         for client, popped in zip(waiting, observed.popped, strict=True):
             if popped is not None:
                 client.inbox.append(popped)
@@ -263,6 +273,7 @@ class Simulation:
             kinds.append("lose wake-up")
         if self.faults.restarts:
             kinds.append("restart")
+        kinds += self.world.faults
         kind = self.choices.pick(kinds)
         self.ledger.faults += 1
         if kind == "crash" and alive:
@@ -290,15 +301,23 @@ class Simulation:
             client.broken = RedisConnectionError("simulated: the wake-up's reply was lost")
         elif kind == "snapshot":
             state = self.ledger.state.keys
-            dumps = self.server.snapshot()
+            dumps = self.world.snapshot()
             kept = {key: (dump, state[key].pttl) for key, dump in dumps.items() if key in state}
             self._snapshot = (self.now_us, kept)
             self.trace.add(self.now_us, "", "snapshot")
         elif kind == "restart":
             self._restart()
+        elif kind in self.world.faults:
+            self._world_fault(kind)
         else:
             return False
         return True
+
+    def _world_fault(self, kind: str) -> None:
+        self.ledger.faults += 1
+        self.trace.add(self.now_us, "", self.world.fault(kind, self.choices).upper())
+        self.now_us += 1
+        self._observe()
 
     def _restart(self) -> None:
         restored: dict[str, tuple[bytes, int]] | None = None
@@ -308,7 +327,7 @@ class Simulation:
             taken_us, kept = self._snapshot
             passed = (self.now_us - taken_us) // 1000
             restored = {k: (d, ms - passed) for k, (d, ms) in kept.items() if ms - passed > 0}
-        self.server.restart(restored)
+        self.world.restart(restored)
         self.trace.add(self.now_us, "", f"RESTART of Redis, {'from the snapshot' if with_data else 'empty'}")
         for client in self.clients:
             if client.state == "parked":

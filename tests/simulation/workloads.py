@@ -15,7 +15,15 @@ from typing import Any
 
 from django_redis_lock.core import flows
 from django_redis_lock.core.flows import Acquired, AcquirePlan
-from django_redis_lock.core.lease import LockKeys, OwnerRecord
+from django_redis_lock.core.lease import (
+    LockKeys,
+    OwnerRecord,
+    holder_token,
+    is_reservation,
+    job_of,
+    reservation_token,
+    takeover_prefixes,
+)
 from django_redis_lock.core.many import take_in_order
 from django_redis_lock.core.permits import PermitKeys
 from django_redis_lock.core.requests import Request, Sleep
@@ -23,12 +31,13 @@ from django_redis_lock.core.requests import Request, Sleep
 from .choices import Choices
 from .clients import Client
 from .ledger import Hold, LockFacts
-from .server import NAMESPACE, hash_tag
+from .server import NAMESPACE
+from .topology import TAG
 from .simulation import Simulation
 
 __all__ = ["WORKLOADS", "Role", "cast"]
 
-WORKLOADS = ("lock", "fenced", "want_result", "semaphore", "many")
+WORKLOADS = ("lock", "fenced", "want_result", "semaphore", "many", "task")
 PERMITS = 2  # a semaphore's limit
 RESULT_TTL_MS = 60_000
 
@@ -39,7 +48,7 @@ Program = Generator[Request, Any, None]
 class Role:
     """One client's part in a schedule."""
 
-    kind: str  # "lock", "semaphore" or "many"
+    kind: str  # "lock", "semaphore", "many"; a task guard's "reserve", "run" or "cancel"
     names: tuple[str, ...]
     first: str = "set"
     fencing: bool = False
@@ -49,19 +58,19 @@ class Role:
     wait_ms: int = 2000
     work_ms: int = 500
     rounds: int = 1
+    job: str = ""  # a task guard's job id
 
 
 def lock_keys(name: str) -> LockKeys:
-    return LockKeys.of(f"{NAMESPACE}{{{name}}}")
+    return LockKeys.of(f"{NAMESPACE}{TAG}:{name}")
 
 
 def permit_keys(name: str) -> PermitKeys:
-    return PermitKeys.of(f"{NAMESPACE}{{{name}}}")
+    return PermitKeys.of(f"{NAMESPACE}{TAG}:{name}")
 
 
-def cast(sim: Simulation, workload: str, choices: Choices) -> list[str]:
-    """Add ``workload``'s clients to ``sim``, drawn from ``choices``; returns the hash tags
-    whose clocks the scripts read."""
+def cast(sim: Simulation, workload: str, choices: Choices) -> None:
+    """Add ``workload``'s clients to ``sim``, drawn from ``choices``."""
     names = ("a", "b", "c") if workload == "many" else ("s",) if workload == "semaphore" else ("a",)
     for name in names:
         if workload == "semaphore":
@@ -71,11 +80,26 @@ def cast(sim: Simulation, workload: str, choices: Choices) -> list[str]:
             lock = lock_keys(name)
             facts = LockFacts(1, lock.lease, lock.queue, lock.waiters, lock.result)
         sim.ledger.lock(name, facts)
-    for number in range(choices.number(2, 4)):
-        role = _role(workload, names, choices)
+    roles = _task_roles(choices) if workload == "task" else []
+    for _ in range(len(roles) or choices.number(2, 4)):
+        role = roles.pop(0) if roles else _role(workload, names, choices)
         arrival = choices.pick((0, 0, 5, 400, 2500))
-        sim.add(f"c{number + 1}", _start(sim, role), arrival)
-    return [hash_tag(lock_keys(name).lease) for name in names]
+        sim.add(f"c{len(sim.clients) + 1}", _start(sim, role), arrival)
+
+
+def _task_roles(choices: Choices) -> list[Role]:
+    """A task guard's key: each job reserved when queued, then run once or more (a message
+    delivered twice), and perhaps cancelled (revoked before it ran)."""
+    roles: list[Role] = []
+    for job in ("j1", "j2")[: choices.number(1, 2)]:
+        common = {"names": ("a",), "job": job, "lease_ms": choices.pick((10_000, 3000))}
+        roles.append(Role(kind="reserve", **common))
+        for _ in range(choices.number(1, 2)):
+            roles.append(Role(kind="run", renew=True, work_ms=choices.pick((500, 10, 4000)),
+                              wait_ms=choices.pick((2000, 0, 8000)), **common))  # fmt: skip
+        if choices.chance(25):
+            roles.append(Role(kind="cancel", **common))
+    return roles
 
 
 def _role(workload: str, names: tuple[str, ...], choices: Choices) -> Role:
@@ -106,6 +130,8 @@ def _start(sim: Simulation, role: Role) -> Any:
     def start(client: Client) -> Program:
         if role.kind == "many":
             return _many_program(sim, client, role)
+        if role.kind in ("reserve", "run", "cancel"):
+            return _task_program(sim, client, role)
         return _one_program(sim, client, role)
 
     return start
@@ -124,7 +150,7 @@ def _plan(sim: Simulation, client: Client, role: Role, keys: Any, token: str) ->
     )  # fmt: skip
 
 
-def _acquire(sim: Simulation, client: Client, plan: AcquirePlan, lock: str) -> Any:
+def _acquire(sim: Simulation, client: Client, plan: AcquirePlan, lock: str, job: str = "") -> Any:
     """``flows.acquire``, reported; returns its :class:`Hold` when granted, else None."""
     deadline_us = round((plan.started + plan.max_wait) * 1e6)
     client.deadline_us, client.paused_while_acquiring = deadline_us, False
@@ -135,12 +161,13 @@ def _acquire(sim: Simulation, client: Client, plan: AcquirePlan, lock: str) -> A
         outcome = None
     sim.ledger.returned(client.name, deadline_us, client.paused_while_acquiring)
     client.deadline_us = None
+    client.outcome = outcome
     if not isinstance(outcome, Acquired):
         return None
     return sim.ledger.granted(
         client.name, lock, plan.token, outcome.fence,
         round(outcome.sent_at * 1e6) + outcome.lease_ms * 1000,
-        fenced=plan.fencing, want_result=plan.want_result,
+        fenced=plan.fencing, want_result=plan.want_result, job=job,
     ), outcome  # fmt: skip
 
 
@@ -234,3 +261,37 @@ def _release(
             sim.ledger.ended(hold)
             continue
         sim.ledger.released(hold, code)
+
+
+def _task_program(sim: Simulation, client: Client, role: Role) -> Program:
+    """As ``jobs.reserve``, ``task_guards.runs.Run`` and ``jobs.cancel`` do for a job."""
+    keys, job = lock_keys(role.names[0]), role.job
+    if role.kind == "cancel":
+        try:
+            code = yield from flows.end_reservation(keys, job)
+        except Exception as error:  # noqa: BLE001  (it may have got through)
+            client.notes.append(f"cancel failed: {error!r}")
+            code = None
+        sim.ledger.reservation_ended(job, code)
+        return
+    plan = _plan(sim, client, role, keys, reservation_token(job))
+    if role.kind == "reserve":  # never waits, never queues; nobody renews it
+        plan = replace(plan, max_wait=0, first="set")
+        yield from _acquire(sim, client, plan, role.names[0], job)
+        return
+    run = replace(
+        plan, token=f"{job}~{client.name}", max_wait=0, first="take", want_result=True,
+        job=True, takeover=takeover_prefixes(job),
+    )  # fmt: skip
+    granted = yield from _acquire(sim, client, run, role.names[0], job)
+    holder = getattr(client.outcome, "holder", None)
+    token = holder_token(holder) or ""
+    if granted is None and job_of(token) == job and not is_reservation(token):
+        # Another run of this very job (a copy): wait for it, and for its result.
+        run = replace(run, max_wait=role.wait_ms / 1000, started=sim.clock(), first="join")
+        granted = yield from _acquire(sim, client, run, role.names[0], job)
+    if granted is not None:
+        hold, outcome = granted
+        held = [(keys, hold, outcome)]
+        if (yield from _work(sim, role, held)):
+            yield from _release(sim, held, job.encode())
