@@ -345,19 +345,23 @@ def test_a_failed_release_is_finished_by_the_next_acquisition(
     assert errors(caplog) == []
 
 
-@pytest.mark.parametrize("api", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("api", "fencing"), [("sync", False), ("async", False), ("sync", True)]
+)
 def test_an_acquisition_that_gave_up_on_a_busy_redis_gives_the_lease_back(
-    settings, redis_server_factory, redis_client, api
+    settings, redis_server_factory, redis_client, api, fencing
 ):
     """Redis busy for 1.5 s (a slow command, a fork) still runs the ACQUIRE after the caller
-    gave up at its 1 s reply budget: the lease it grants must not stay taken by nobody."""
+    gave up at its 1 s reply budget: the lease it grants must not stay taken by nobody. (A
+    fenced acquisition's take.lua too: found by the simulation, tests/simulation/.)"""
     server = redis_server_factory()
     settings.CACHES = django_redis_caches(server.url, SOCKET_TIMEOUT=30)
-    Lock("warm-up", timeout=1).acquire()  # a pooled connection, as in a running process
+    # A pooled connection, as in a running process (and take.lua loaded, for a fenced one).
+    Lock("warm-up", timeout=1, fencing=fencing).acquire()
     outcome = {}
 
     def attempt():
-        lock = Lock("busy", timeout=30)
+        lock = Lock("busy", timeout=30, fencing=fencing)
         try:
             outcome["got"] = lock.acquire(wait=0) if api == "sync" else run(warm_then(lock))
         except LockBackendError as error:

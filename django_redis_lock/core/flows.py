@@ -209,11 +209,16 @@ def _poll(plan: AcquirePlan) -> Flow:
     keys, clock = plan.keys, plan.clock
     deadline = plan.started + plan.max_wait
     taking, args = keys.take_call(plan, _flags(plan))
+    # A lease taken by a try whose reply never came goes back (not held by nobody for a whole
+    # lease), unless it was a reservation renamed: that must stay the job's.
+    silent = None if plan.only_takeover else give_back(keys, plan.token)
     holder: Any = None
     contended = False
     while True:
         sent_at = clock()
-        reply = yield Eval(keys.TAKE, taking, args, reply_timeout=_budget(deadline - sent_at))
+        reply = yield Eval(
+            keys.TAKE, taking, args, reply_timeout=_budget(deadline - sent_at), give_back=silent
+        )
         if int(reply[0]) == 1:
             return Acquired(int(reply[1]), int(reply[2]), sent_at, "", other_limit=_other(reply))
         if int(reply[0]) == 2:
