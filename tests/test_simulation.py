@@ -8,6 +8,7 @@ minimal schedule Hypothesis shrank it to, as a trace of steps.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -20,31 +21,47 @@ from django_redis_lock.core.lease import OwnerRecord
 from django_redis_lock.keys import lock_keys
 from tests.simulation import (
     FAULTS_ON,
+    TOPOLOGIES,
     WORKLOADS,
     Faults,
     HypothesisChoices,
     SeededChoices,
-    SimulatedServer,
+    ServerWorld,
     SimulationFailed,
     run_schedule,
     simulated_scripts,
+    simulated_topology,
 )
 from tests.simulation.mutations import MUTATIONS, patch_for
 
-# The suite's share: this many schedules per workload, with faults and without.
-SCHEDULES = 200
+# The suite's share: this many schedules per workload and topology, with faults and without
+# (6 workloads x 2 x 2 topologies x 90: 2,160 schedules).
+SCHEDULES = 90
 
 
 @pytest.fixture(scope="module")
-def simulated(redis_url: str) -> Any:
-    server = SimulatedServer(redis_url)
-    yield server
-    server.close()
+def server_world(redis_url: str) -> Any:
+    world = ServerWorld(redis_url)
+    yield world
+    world.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster_world(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A private cluster of its own: its faults move the simulation's slot between nodes."""
+    world = simulated_topology("cluster", str(tmp_path_factory.mktemp("simulated-cluster")))
+    yield world
+    world.stop()
+
+
+@pytest.fixture(params=TOPOLOGIES)
+def world(request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue(f"{request.param}_world")
 
 
 @pytest.mark.parametrize("faults", [Faults(), FAULTS_ON], ids=["no-faults", "faults"])
 @pytest.mark.parametrize("workload", WORKLOADS)
-def test_every_schedule_keeps_the_invariants(simulated: Any, workload: str, faults: Any) -> None:
+def test_every_schedule_keeps_the_invariants(world: Any, workload: str, faults: Any) -> None:
     @settings(
         max_examples=SCHEDULES,
         deadline=None,
@@ -54,9 +71,20 @@ def test_every_schedule_keeps_the_invariants(simulated: Any, workload: str, faul
     )
     @given(st.data())
     def schedule(data: Any) -> None:
-        run_schedule(simulated, workload, HypothesisChoices(data), faults)
+        run_schedule(world, workload, HypothesisChoices(data), faults)
 
     schedule()
+
+
+def _trace_of(world: Any, seed: int) -> list[str]:
+    simulation = run_schedule(world, "many", SeededChoices(seed), FAULTS_ON)
+    # (A bare SET's lease carries the client's wall clock, the one thing not simulated.)
+    return [re.sub(r"\|\d{13}\|", "|since|", line) for line in simulation.trace.lines]
+
+
+def test_a_seed_replays_the_same_schedule(server_world: Any) -> None:
+    for seed in (3, 11, 40):
+        assert _trace_of(server_world, seed) == _trace_of(server_world, seed)
 
 
 # Where each deliberate bug is found first, searching seeds from 0: the bounds the simulation
@@ -72,15 +100,15 @@ def test_every_schedule_keeps_the_invariants(simulated: Any, workload: str, faul
 )
 def test_the_simulation_finds_a_deliberate_bug(redis_url: str, mutation: str, bound: int) -> None:
     workload = MUTATIONS[mutation][3]
-    server = SimulatedServer(redis_url, simulated_scripts(patch_for(mutation)))
+    world = ServerWorld(redis_url, simulated_scripts(patch_for(mutation)))
     try:
         for seed in range(bound):
             try:
-                run_schedule(server, workload, SeededChoices(seed), FAULTS_ON)
+                run_schedule(world, workload, SeededChoices(seed), FAULTS_ON)
             except SimulationFailed:
                 return
     finally:
-        server.close()
+        world.stop()
     pytest.fail(f"{mutation!r} went unnoticed in {bound} schedules")
 
 
