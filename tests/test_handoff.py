@@ -60,7 +60,7 @@ def test_a_waiter_that_rejoins_before_its_wake_up_arrives_is_told_the_work_is_do
     # The waiter's block ended (its cap) before the push: it asks again.
     rejoined = _join(redis_client, keys, "waiter")
     assert rejoined[0] == 1  # the lease is its own...
-    fence, lease_ms, done, next_token = rejoined[3].decode().split("|", 3)
+    fence, lease_ms, done, _handed_at, next_token = rejoined[3].decode().split("|", 4)
     assert done == "1"  # ...and it knows the work is done: it passes it on, never runs it
     assert (fence, next_token) == ("0", "")
     # It is alive (it asked): the short handed lease became its whole lease.
@@ -74,13 +74,15 @@ def test_a_rebuilt_message_names_the_fence_and_the_next_waiter(redis_client):
     assert _join(redis_client, keys, "first", "f")[0] == 0
     assert _join(redis_client, keys, "second", "f")[0] == 0
     reply = RELEASE(redis_client, keys.release_keys(""), ("holder", ""))
-    sent = reply[2].decode().split("|", 3)
+    sent = reply[2].decode().split("|", 4)
     redis_client.delete(keys.wake("first"))  # the wake-up was lost
     rejoined = _join(redis_client, keys, "first", "f")
     assert rejoined[0] == 1
-    rebuilt = rejoined[3].decode().split("|", 3)
+    rebuilt = rejoined[3].decode().split("|", 4)
     assert rebuilt[0] == sent[0] == rejoined[1].decode()  # the fence the release gave
-    assert rebuilt[2:] == sent[2:] == ["0", "second"]  # not done; who is next
+    assert rebuilt[2] == sent[2] == "0"  # not done
+    assert rebuilt[4] == sent[4] == "second"  # who is next
+    assert int(rebuilt[3]) > int(sent[3])  # made again after it was handed
 
 
 class _Steps:

@@ -165,3 +165,41 @@ def test_a_waiter_that_learns_of_its_grant_after_the_lease_ended_does_not_take_i
         step = _answer(waiter, backend.perform(step))
     assert not isinstance(step.value, flows.Acquired)
     assert redis_client.get(keys.lease).startswith(b"c3-again|")
+
+
+def test_a_wake_up_pushed_after_its_lease_ended_is_not_taken_for_a_grant(redis_client):
+    """Minimal trace (fenced workload, faults; campaign seed 4917): c1 holds, c2 queues; c1's
+    release hands c2 the lease and must push the wake-up itself, but STALLS; the handed lease
+    runs out; c2's block ends; c1's push lands; c3 takes the free lock; c2 joins again and
+    pops that push, and was told it held the lock beside c3. Now a message handed before a
+    waiter's latest join is known to be late (that join would have found the lease its own)."""
+    backend = backend_of("default")
+    keys = lock_keys("sim-found:late-push", "default")
+    clock = _FakeClock()
+    record = OwnerRecord(3, 42, "host", "MainThread").encode()
+
+    def plan(token: str, wait: float) -> flows.AcquirePlan:
+        return flows.AcquirePlan(
+            keys=keys, token=token, lease_ms=3000, record=record, max_wait=wait,
+            clock=clock, started=clock(), first="join", fencing=True,
+        )  # fmt: skip
+
+    assert int(backend.perform(next(flows.acquire(plan("c1", 0))))[0]) == 1
+    waiter = flows.acquire(plan("c2", 5))
+    block = next(waiter)
+    joined = backend.perform(block.first)
+    assert int(joined[0]) == 0  # queued
+    release = flows.release(keys, "c1", "")  # expects nobody: the push is its own round trip
+    push = _answer(release, backend.perform(next(release)))
+    assert push.commands[0][:2] == ("RPUSH", keys.wake("c2"))  # ...and c1 stalls before it
+    redis_client.delete(keys.lease)  # the lease handed to c2 runs out
+    block = _answer(waiter, (joined, None))  # c2's block ends: it will join again
+    backend.perform(push)  # the stalled push lands
+    assert int(backend.perform(next(flows.acquire(plan("c3", 0))))[0]) == 1  # c3 takes it
+    rejoined = backend.perform(block.first)
+    assert int(rejoined[0]) == 0  # queued behind c3
+    late = redis_client.lpop(keys.wake("c2"))  # what its block pops at once
+    assert late is not None
+    step = _answer(waiter, (rejoined, late))
+    assert not isinstance(step, StopIteration)  # not acquired: it waits on, in line
+    assert redis_client.get(keys.lease).startswith(b"c3|")

@@ -13,7 +13,7 @@ Acquiring (``acquire``):
 2. if it is held and we may wait, ``join.lua`` queues us and we block on our wake-up list;
    the holder's release hands us the lease and pushes a message there, so we hold the lock when
    we wake (or, should the message be late or lost, when we ask again: ``join.lua`` says what
-   it said). A block ends at the latest when the wait does, or when the holder's lease does (it
+   it said; a message handed before our latest join is a late one, whose lease ended: ignored). A block ends at the latest when the wait does, or when the holder's lease does (it
    may have died without releasing), or when the waiter ahead of us would be counted dead (it
    may have died, and been handed the lease), and every ``BLOCK_CAP`` seconds so the queue
    keeps counting us alive. A wait cut off in the line that could not step out of it is
@@ -130,10 +130,13 @@ class Done:
     result: bytes
 
 
-def _from_message(message: Any, sent_at: float) -> Acquired:
-    """A release's wake-up message: ``fence|lease_ms|done|next token``."""
-    fence, lease_ms, done, next_token = text(message).split("|", 3)
-    return Acquired(int(fence), int(lease_ms), sent_at, next_token, done == "1")
+def _from_message(message: Any, sent_at: float) -> tuple[Acquired, int]:
+    """A release's wake-up message, ``fence|lease_ms|done|handed at µs|next token``, and when
+    it was handed (server µs; 0 in an older version's message, which has no such field)."""
+    fields = text(message).split("|", 4)
+    handed = int(fields.pop(3)) if len(fields) == 5 else 0
+    fence, lease_ms, done, next_token = fields
+    return Acquired(int(fence), int(lease_ms), sent_at, next_token, done == "1"), handed
 
 
 def _budget(remaining: float) -> float | None:
@@ -309,7 +312,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                     int(reply[1]), int(reply[2]), sent_at, "", other_limit=_other(reply)
                 )
                 if reply[3]:
-                    granted = _from_message(reply[3], sent_at)
+                    granted = _from_message(reply[3], sent_at)[0]
                     if granted.done:
                         return (yield from _result_instead(plan, granted))
                 return granted
@@ -318,6 +321,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 return Done(reply[1])
             pttl = int(reply[1])
             hint = pttl / 1000 + 0.001 if pttl > 0 else BLOCK_CAP
+            joined = _joined_us(reply)
             ahead = _ahead_ms(reply)
             ahead_until = sent_at + ahead / 1000 + 0.001 if ahead > 0 else math.inf
             holder = holder or reply[2] or None
@@ -338,8 +342,12 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 )
                 message = yield Block(keys.wake(token), block, exact)
             if message:  # a release handed us the lease
+                granted, handed = _from_message(message, sent_at)
+                if handed and handed <= joined:
+                    # Handed before this join, which would have found the lease ours, had it
+                    # still been: a late push of a lease that ended meanwhile. Not a grant.
+                    continue
                 queued = False
-                granted = _from_message(message, sent_at)
                 # It was handed after our join ran (else the join would have found it ours),
                 # until our liveness deadline at the latest: it runs at least that long from
                 # when we sent the join, whatever the message says of the time it was handed.
@@ -381,6 +389,11 @@ def _ahead_ms(reply: Any) -> int:
     """A queue join's ``ahead_ms``: until the first live waiter ahead is counted dead (0:
     none)."""
     return int(reply[3]) if len(reply) > 3 else 0
+
+
+def _joined_us(reply: Any) -> int:
+    """A queue join's time, by the server's clock in µs (0: an older version's reply)."""
+    return int(reply[4]) if len(reply) > 4 and reply[4] else 0
 
 
 def _until_it_matters(reply: Any) -> float:

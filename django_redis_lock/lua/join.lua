@@ -23,11 +23,12 @@
 -- Returns {1, fence, lease_ms, ''} when we take the lease now; {1, fence, lease_ms, message}
 -- when a release handed it to us (lengthened to our lease, unless we leave: mode 3, and
 -- lease_ms is what it has left), with the wake-up message it sent made again here
--- ('fence|lease_ms|done|next waiter's token or ''', done '1' when the 'd' or 'j' flag's result
--- is there); {0, pttl_ms, holder's lease value or false, ahead_ms} when not (ahead_ms: when
--- queued, how long until the first live waiter ahead of us is counted dead, 0 if none: we
--- block no longer); {2, result} with the 'd' or 'j' flag when the guarded work is done
--- already.
+-- ('fence|lease_ms|done|µs|next waiter's token or ''', done '1' when the 'd' or 'j' flag's
+-- result is there); {0, pttl_ms, holder's lease value or false, ahead_ms, joined} when not
+-- (ahead_ms: when queued, how long until the first live waiter ahead of us is counted dead, 0
+-- if none: we block no longer; joined: when queued, the server's time in µs: a wake-up message
+-- handed before it is stale, see release.lua); {2, result} with the 'd' or 'j' flag when the
+-- guarded work is done already.
 local token, mode, flags = ARGV[1], tonumber(ARGV[4]), ARGV[5]
 local lease, liveness = duration(ARGV[2]), duration(ARGV[6])
 local holder = redis.call('GET', KEYS[1])
@@ -60,7 +61,9 @@ if holder and string.sub(holder, 1, #token + 1) == token .. '|' then
   local finished = '0'
   if wants_result(flags) and done(flags, redis.call('GET', KEYS[5]), token) then finished = '1' end
   unblock()
-  local message = fence .. '|' .. ms .. '|' .. finished .. '|' .. (redis.call('LINDEX', KEYS[2], 0) or '')
+  local _, micros = server_time()
+  local message = fence .. '|' .. ms .. '|' .. finished .. '|' .. string.format('%.0f', micros)
+    .. '|' .. (redis.call('LINDEX', KEYS[2], 0) or '')
   return {1, fence, ms, message}
 end
 if mode == 3 then
@@ -86,9 +89,10 @@ if not holder then
   return {1, fence, lease, ''}
 end
 local pttl = redis.call('PTTL', KEYS[1])
-local ahead = 0
+local ahead, joined = 0, false
 if mode == 1 then
-  local now = server_time()
+  local now, micros = server_time()
+  joined = string.format('%.0f', micros)
   local entry = (now + liveness) .. '|' .. flags .. '|' .. ARGV[3]
   -- Each key gets its expiry before the next command that could fail (a key of the wrong
   -- type), and one longer than any waiter's liveness: it outlives the live waiters, not the dead.
@@ -101,5 +105,5 @@ else
   leave()
   unblock()
 end
-if string.find(flags, 'o', 1, true) then return {0, pttl, holder, ahead} end
-return {0, pttl, false, ahead}
+if string.find(flags, 'o', 1, true) then return {0, pttl, holder, ahead, joined} end
+return {0, pttl, false, ahead, joined}

@@ -19,13 +19,14 @@
 --
 -- Returns {1, 0, lease_ms, '', other limit or 0} when we take a permit now, {1, 0, lease_ms,
 -- message, 0} when a release handed it to us (its wake-up message, made again here: 'fence
--- 0|lease_ms|0|the first tokens of the queue'); {0, pttl_ms, a holder's value or false,
--- ahead_ms} when not (pttl: until the first permit's lease ends; ahead_ms: as join.lua's).
+-- 0|lease_ms|0|µs|the first tokens of the queue'); {0, pttl_ms, a holder's value or false,
+-- ahead_ms, joined} when not (pttl: until the first permit's lease ends; ahead_ms and joined:
+-- as join.lua's).
 -- "other limit": a holder's, when it is not ours.
 local token, mode, flags = ARGV[1], tonumber(ARGV[4]), ARGV[5]
 local lease, liveness, limit = duration(ARGV[2]), duration(ARGV[6]), tonumber(ARGV[7])
 if not limit or limit < 1 or limit % 1 ~= 0 then error('invalid limit: ' .. tostring(ARGV[7])) end
-local now = server_time()
+local now, micros = server_time()
 
 local function leave()
   if redis.call('HDEL', KEYS[4], token) == 1 then redis.call('LREM', KEYS[3], 1, token) end
@@ -53,7 +54,8 @@ if mine and tonumber(mine) > now then
   end
   unblock()
   local after = redis.call('LRANGE', KEYS[3], 0, NEXT_WAITERS - 1)
-  return {1, 0, ms, '0|' .. ms .. '|0|' .. table.concat(after, ' '), 0}
+  local handed = string.format('%.0f', micros)
+  return {1, 0, ms, '0|' .. ms .. '|0|' .. handed .. '|' .. table.concat(after, ' '), 0}
 end
 if mode == 3 then
   leave()
@@ -76,8 +78,9 @@ end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local pttl = 0
 if first[2] then pttl = math.max(1, tonumber(first[2]) - now) end
-local ahead = 0
+local ahead, joined = 0, false
 if mode == 1 then
+  joined = string.format('%.0f', micros)
   local joining = redis.call('HSET', KEYS[4], token, (now + liveness) .. '|' .. limit .. '|' .. ARGV[3]) == 1
   redis.call('PEXPIRE', KEYS[4], QUEUE_TTL_MS)
   if joining then redis.call('RPUSH', KEYS[3], token) end
@@ -91,7 +94,7 @@ if (mode == 0 or string.find(flags, 'o', 1, true)) and first[1] then
   local entry = redis.call('HGET', KEYS[2], first[1])
   if entry then
     local since, _, record = string.match(entry, '^(%d+)|(%d+)|(.*)$')
-    return {0, pttl, first[1] .. '|' .. since .. '|0|' .. record, ahead}
+    return {0, pttl, first[1] .. '|' .. since .. '|0|' .. record, ahead, joined}
   end
 end
-return {0, pttl, false, ahead}
+return {0, pttl, false, ahead, joined}

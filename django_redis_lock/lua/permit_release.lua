@@ -20,14 +20,15 @@
 -- the key is not a semaphore's, {0} released, {1} released and handed to expected waiters
 -- only, or {2, token, message, token, message...}: released, and permits handed to those
 -- waiters (besides expected ones), whom the caller wakes by pushing the message on their
--- wake-up lists. A message is 'fence|lease ms|done|the first tokens of the queue after it'.
+-- wake-up lists. A message is 'fence|lease ms|done|handed at µs|the first tokens of the queue
+-- after it' (release.lua's).
 local token, expected = ARGV[1], {}
 local position = 5
 for waiter in string.gmatch(ARGV[2], '%S+') do
   expected[waiter] = KEYS[position]
   position = position + 1
 end
-local now = server_time()
+local now, micros = server_time()
 local score = redis.pcall('ZSCORE', KEYS[1], token)
 if type(score) == 'table' and score.err then return {-2} end
 if not score then return {-1} end
@@ -55,7 +56,8 @@ while head do
     redis.call('ZADD', KEYS[1], now + ms, head)
     held, handed = held + 1, true
     local after = redis.call('LRANGE', KEYS[3], 0, NEXT_WAITERS - 1)
-    local message = '0|' .. ms .. '|0|' .. table.concat(after, ' ')
+    local message = '0|' .. ms .. '|0|' .. string.format('%.0f', micros) .. '|'
+      .. table.concat(after, ' ')
     local wake = expected[head]
     if wake then
       redis.call('RPUSH', wake, message)

@@ -57,7 +57,8 @@ if head then
         if wants_result(flags) and done(flags, redis.call('GET', KEYS[5]), head) then
           finished = '1'
         end
-        local message = fence .. '|' .. ms .. '|' .. finished .. '|' .. (redis.call('LINDEX', KEYS[2], 0) or '')
+        local message = fence .. '|' .. ms .. '|' .. finished .. '|' .. string.format('%.0f', micros)
+          .. '|' .. (redis.call('LINDEX', KEYS[2], 0) or '')
         if head ~= expected then return {2, head, message} end
         redis.call('RPUSH', KEYS[4], message)
         redis.call('PEXPIRE', KEYS[4], ms)

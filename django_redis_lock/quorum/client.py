@@ -38,7 +38,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis
@@ -95,7 +95,14 @@ class QuorumClient:
     general-purpose client (only the commands the engine sends are understood).
     """
 
-    def __init__(self, name: str, members: Sequence[tuple[str, Any]]) -> None:
+    def __init__(
+        self,
+        name: str,
+        members: Sequence[tuple[str, Any]],
+        scripts: Mapping[str, Script] | None = None,
+    ) -> None:
+        """``scripts``: the engine's ``take``, ``release`` and ``extend`` scripts by name
+        (``backends.server.SCRIPTS``'s; a simulation brings them on its own clock)."""
         for alias, client in members:
             if not isinstance(client, redis.Redis):
                 raise ImproperlyConfigured(
@@ -109,10 +116,14 @@ class QuorumClient:
         self.majority = len(self.clients) // 2 + 1
         self.servers = Broadcaster(self.clients)
         self.reply_timeout = self.servers.reply_timeout
+        given = scripts or {}
+        self._take = given.get("take", TAKE)
+        self._release_script = given.get("release", RELEASE)
+        self._extend_script = given.get("extend", EXTEND)
         self._scripts: dict[str, Callable[[list[str], list[Any]], Any]] = {
-            TAKE.sha: self._acquire,
-            RELEASE.sha: self._release,
-            EXTEND.sha: self._extend,
+            self._take.sha: self._acquire,
+            self._release_script.sha: self._release,
+            self._extend_script.sha: self._extend,
         }
 
     def __repr__(self) -> str:
@@ -182,7 +193,7 @@ class QuorumClient:
 
         outcome = self._take_majority(
             lambda timeout, settled: self.servers.run(
-                TAKE, keys, argv, timeout=timeout, settled=settled
+                self._take, keys, argv, timeout=timeout, settled=settled
             ),
             keys[0], token, lease_ms, granted=granted, final=done,
         )  # fmt: skip
@@ -273,7 +284,7 @@ class QuorumClient:
             return
         with_grants = set(granted)
         self.servers.run(
-            RELEASE, LockKeys.of(lease).release_keys(""), [token, ""], members=members,
+            self._release_script, LockKeys.of(lease).release_keys(""), [token, ""], members=members,
             timeout=self.reply_timeout,
             settled=lambda answers: with_grants.issubset(answers),
         )  # fmt: skip
@@ -282,7 +293,7 @@ class QuorumClient:
         """[0] released by a majority, [-1] a majority says it was not ours (any more), [-2]
         the key is not a lock (on a server that answered, where none released it)."""
         replies = self.servers.run(
-            RELEASE, keys, argv, timeout=self.reply_timeout,
+            self._release_script, keys, argv, timeout=self.reply_timeout,
             settled=self._decided_by(lambda reply: _is_list(reply) and int(reply[0]) >= 0),
         )  # fmt: skip
         codes = [int(reply[0]) for reply in replies.values() if _is_list(reply)]
@@ -298,7 +309,7 @@ class QuorumClient:
         lease = int(argv[1]) / 1000
         started = time.monotonic()
         replies = self.servers.run(
-            EXTEND, keys, argv, timeout=min(self.reply_timeout, lease / 3),
+            self._extend_script, keys, argv, timeout=min(self.reply_timeout, lease / 3),
             settled=self._decided_by(lambda reply: reply == 1),
         )  # fmt: skip
         extended = sum(1 for reply in replies.values() if reply == 1)

@@ -13,7 +13,15 @@ import random
 from .choices import Choices, HypothesisChoices, SeededChoices
 from .server import SimulatedServer, simulated_scripts
 from .simulation import FAULTS_ON, Faults, Simulation, SimulationFailed
-from .topology import TOPOLOGIES, ClusterWorld, ServerWorld, World, simulated_topology
+from .topology import (
+    TOPOLOGIES,
+    ClusterWorld,
+    QuorumWorld,
+    ServerWorld,
+    World,
+    combinations,
+    simulated_topology,
+)
 from .workloads import WORKLOADS, cast
 
 __all__ = [
@@ -23,10 +31,12 @@ __all__ = [
     "HypothesisChoices",
     "SeededChoices",
     "ClusterWorld",
+    "QuorumWorld",
     "ServerWorld",
     "SimulatedServer",
     "TOPOLOGIES",
     "World",
+    "combinations",
     "simulated_topology",
     "Simulation",
     "SimulationFailed",

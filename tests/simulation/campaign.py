@@ -23,8 +23,17 @@ from typing import Any
 
 from embedded_redis import EmbeddedRedis
 
-from . import FAULTS_ON, TOPOLOGIES, WORKLOADS, Faults, SeededChoices, SimulationFailed
-from . import run_schedule, simulated_topology
+from . import (
+    FAULTS_ON,
+    TOPOLOGIES,
+    WORKLOADS,
+    Faults,
+    SeededChoices,
+    SimulationFailed,
+    combinations,
+    run_schedule,
+    simulated_topology,
+)
 
 CHUNK = 250  # schedules a worker runs between two reports
 
@@ -75,8 +84,8 @@ def _run_chunk(task: tuple[str, str, str, int, int]) -> tuple[str, str, int, lis
 
 
 def _tasks(args: argparse.Namespace) -> Iterator[tuple[str, str, str, int, int]]:
-    for topology in args.topology or TOPOLOGIES:
-        for workload in args.workload or WORKLOADS:
+    for topology, workload in combinations(tuple(args.workload or WORKLOADS)):
+        if topology in (args.topology or TOPOLOGIES):
             for first in range(args.first_seed, args.first_seed + args.schedules, CHUNK):
                 count = min(CHUNK, args.first_seed + args.schedules - first)
                 yield topology, workload, args.faults, first, count
@@ -131,7 +140,9 @@ def _replay(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="simulate-") as directory:
         world = simulated_topology(topology, directory)
         try:
-            simulation = run_schedule(world, workload, SeededChoices(args.seed), _faults(args.faults))
+            simulation = run_schedule(
+                world, workload, SeededChoices(args.seed), _faults(args.faults)
+            )
         except SimulationFailed as failure:
             print(f"FAILED: {_replay_command(args.seed, workload, topology, args.faults)}")
             print(failure)
@@ -139,12 +150,12 @@ def _replay(args: argparse.Namespace) -> int:
         finally:
             world.stop()
     print(simulation.trace.text(last=10_000))
-    print(f"\nseed {args.seed}: {workload} on {topology}, faults {args.faults}: every invariant kept")
+    print(
+        f"\nseed {args.seed}: {workload} on {topology}, faults {args.faults}: every invariant kept"
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     return _replay(args) if args.seed is not None else _campaign(args)
-
-

@@ -117,7 +117,9 @@ class Ledger:
         believing = [hold for hold in facts.holds if hold.believed(self.now_us)]
         if len(believing) + 1 > facts.limit:
             others = ", ".join(f"{h.client} (until {h.valid_until_us})" for h in believing)
-            self.fail(f"{client} was granted {lock!r} while {others} held it (limit {facts.limit})")
+            self.fail(
+                f"{client} was granted {lock!r} while {others} held it (limit {facts.limit})"
+            )
         if fenced:
             if fence <= facts.max_fence:
                 self.fail(f"{client}'s fencing token {fence} for {lock!r} is not above "

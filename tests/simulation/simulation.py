@@ -163,8 +163,10 @@ class Simulation:
         request = client.request
         assert request is not None
         fault = None
-        if faulty and type(request) is not Failover and self.choices.chance(
-            self.faults.request_percent
+        if (
+            faulty
+            and type(request) is not Failover
+            and self.choices.chance(self.faults.request_percent)
         ):
             fault = self.choices.pick(("lost before", "lost after", "timed out"))
             self.ledger.faults += 1
@@ -244,7 +246,9 @@ class Simulation:
             self.trace.add(self.now_us, client.name, "block fails", repr(error))
             client.resume(self.now_us, error=error)
             return
-        self.trace.add(self.now_us, client.name, "wakes", repr(client.inbox[0] if client.inbox else None))
+        self.trace.add(
+            self.now_us, client.name, "wakes", repr(client.inbox[0] if client.inbox else None)
+        )
         client.resume(self.now_us, client.wake_up())
 
     def _observe(self) -> Observed:
@@ -315,9 +319,19 @@ class Simulation:
 
     def _world_fault(self, kind: str) -> None:
         self.ledger.faults += 1
-        self.trace.add(self.now_us, "", self.world.fault(kind, self.choices).upper())
+        what, lost_data = self.world.fault(kind, self.choices)
+        self.trace.add(self.now_us, "", what.upper())
+        if lost_data:
+            self._connections_died()
+            self.ledger.data_lost()
         self.now_us += 1
         self._observe()
+
+    def _connections_died(self) -> None:
+        for client in self.clients:
+            if client.state == "parked":
+                client.inbox = []
+                client.broken = RedisConnectionError("simulated: Redis restarted")
 
     def _restart(self) -> None:
         restored: dict[str, tuple[bytes, int]] | None = None
@@ -328,11 +342,10 @@ class Simulation:
             passed = (self.now_us - taken_us) // 1000
             restored = {k: (d, ms - passed) for k, (d, ms) in kept.items() if ms - passed > 0}
         self.world.restart(restored)
-        self.trace.add(self.now_us, "", f"RESTART of Redis, {'from the snapshot' if with_data else 'empty'}")
-        for client in self.clients:
-            if client.state == "parked":
-                client.inbox = []
-                client.broken = RedisConnectionError("simulated: Redis restarted")
+        self.trace.add(
+            self.now_us, "", f"RESTART of Redis, {'from the snapshot' if with_data else 'empty'}"
+        )
+        self._connections_died()
         self.ledger.data_lost()
         self.now_us += 1
         self._observe()

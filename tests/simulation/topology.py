@@ -2,6 +2,12 @@
 the flows' requests go through, as the library picks it for that topology:
 
 - ``server``: one redis-server, :class:`~django_redis_lock.backends.ServerBackend`;
+- ``quorum``: three independent servers held as a majority (Redlock),
+  :class:`~django_redis_lock.backends.QuorumBackend` on a
+  :class:`~django_redis_lock.quorum.QuorumClient`; a fault makes one member unreachable (down,
+  or partitioned away: its connections fail at once) and reachable again, or restarts one
+  empty. No queue: waiters poll. (Each request reaches the members in one step: the order in
+  which two clients' requests reach different members is not explored.)
 - ``cluster``: a Redis Cluster of three primaries,
   :class:`~django_redis_lock.backends.ClusterBackend` on redis-py's ``RedisCluster``; the
   simulation's keys share one hash tag, so one slot, which a fault may move to another node key
@@ -23,18 +29,32 @@ from typing import Any
 
 import redis
 import redis.cluster
+import redis.connection
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from django_redis_lock.backends import ClusterBackend, ServerBackend
+from django_redis_lock.backends import ClusterBackend, QuorumBackend, ServerBackend
+from django_redis_lock.quorum import QuorumClient
 from django_redis_lock.scripts import Script
 from embedded_redis import EmbeddedRedis, start_cluster
 
 from .server import CLOCK_PREFIX, NAMESPACE, Observed, SimulatedServer, simulated_scripts
 
-__all__ = ["TAG", "TOPOLOGIES", "ClusterWorld", "ServerWorld", "World", "simulated_topology"]
+__all__ = [
+    "TAG",
+    "TOPOLOGIES",
+    "UNSUPPORTED",
+    "ClusterWorld",
+    "QuorumWorld",
+    "ServerWorld",
+    "World",
+    "combinations",
+    "simulated_topology",
+]
 
-TOPOLOGIES = ("server", "cluster")
+TOPOLOGIES = ("server", "cluster", "quorum")
+# The workloads a topology does not run: quorum mode has no semaphores.
+UNSUPPORTED = {"quorum": ("semaphore",)}
 # Every key of a schedule carries this hash tag: one Redis Cluster slot.
 TAG = "{sim}"
 
@@ -71,7 +91,10 @@ class World:
                 continue
             merged.keys.update(observed.keys)
             merged.expired += observed.expired
-            merged.popped = [a if a is not None else b for a, b in zip(merged.popped, observed.popped, strict=True)]
+            merged.popped = [
+                a if a is not None else b
+                for a, b in zip(merged.popped, observed.popped, strict=True)
+            ]
         assert merged is not None
         return merged
 
@@ -82,7 +105,8 @@ class World:
         for node in self.watched():
             node.restart(snapshot if node is self.home() else None)
 
-    def fault(self, kind: str, choices: Any) -> str:
+    def fault(self, kind: str, choices: Any) -> tuple[str, bool]:
+        """Carry out one step of fault ``kind``: what happened, and whether data was lost."""
         raise NotImplementedError(kind)
 
     def under_way(self) -> str | None:
@@ -164,7 +188,7 @@ class ClusterWorld(World):
             self._finish_move()
         super().restart(snapshot)
 
-    def fault(self, kind: str, choices: Any) -> str:
+    def fault(self, kind: str, choices: Any) -> tuple[str, bool]:
         """One step of moving the slot: start, move one key, or finish."""
         if self._target is None:
             self._target = choices.pick([n for n in self.nodes if n is not self._home])
@@ -177,14 +201,14 @@ class ClusterWorld(World):
             asking = target.client.pipeline(transaction=False)
             asking.execute_command("ASKING").set(CLOCK_PREFIX + TAG, clock, px=3_600_000)
             asking.execute()
-            return f"slot MIGRATING from {self._name(source)} to {self._name(target)}"
+            return f"slot MIGRATING from {self._name(source)} to {self._name(target)}", False
         keys = self._home.client.keys(NAMESPACE + "*")
         if keys and choices.chance(70):
             key = choices.pick(sorted(keys))
             self._migrate([key])
-            return f"key {key.decode()} MIGRATED"
+            return f"key {key.decode()} MIGRATED", False
         self._finish_move()
-        return "slot moved: SETSLOT NODE"
+        return "slot moved: SETSLOT NODE", False
 
     def _finish_move(self) -> None:
         source, target = self._home, self._target
@@ -204,7 +228,9 @@ class ClusterWorld(World):
         bounded probe, which tells a node that says otherwise again)."""
         deadline = time.monotonic() + timeout
         while True:
-            wrong = [n for n in self.nodes if _slot_owner_id(n.client, self.slot) != self._ids[owner]]
+            wrong = [
+                n for n in self.nodes if _slot_owner_id(n.client, self.slot) != self._ids[owner]
+            ]
             if not wrong:
                 return
             if time.monotonic() > deadline:
@@ -248,6 +274,92 @@ class _NoSleep:
 _NO_SLEEP = _NoSleep()
 
 
+class _Reachable(redis.connection.Connection):
+    """A member's connection, which fails at once while the simulation has its server
+    unreachable (down, or on the far side of a partition)."""
+
+    unreachable: set[int] = set()  # ports, set by QuorumWorld
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if self.port in self.unreachable:
+            self.disconnect()
+            raise redis.ConnectionError("simulated: the server cannot be reached")
+        super().send_packed_command(command, check_health)
+
+
+class QuorumWorld(World):
+    name = "quorum"
+    faults = ("unreachable", "member restart")
+
+    def __init__(self, urls: list[str], scripts: dict[str, Script] | None = None) -> None:
+        self.scripts = scripts if scripts is not None else simulated_scripts()
+        self.nodes = [SimulatedServer(url, self.scripts) for url in urls]  # (always reachable)
+        self.members = [redis.Redis.from_url(url, connection_class=_Reachable) for url in urls]
+        self.client = QuorumClient(
+            "simulated", [(f"member{i + 1}", m) for i, m in enumerate(self.members)], self.scripts
+        )
+        self.backend = QuorumBackend(self.client)
+        self.majority = len(urls) // 2 + 1
+        self._processes: list[EmbeddedRedis] = []
+
+    def _port(self, node: SimulatedServer) -> int:
+        return int(node.client.connection_pool.connection_kwargs["port"])
+
+    def reset(self, now_us: int) -> None:
+        _Reachable.unreachable.clear()
+        for node in self.nodes:
+            node.reset()
+            node.client.set(CLOCK_PREFIX + TAG, now_us, px=3_600_000)
+
+    def watched(self) -> list[SimulatedServer]:
+        return self.nodes
+
+    def observe(self, now_us: int, moved_ms: int, pops: list[str]) -> Observed:
+        """What a majority of the members hold (a key without an expiry on any one shows)."""
+        each = [node.observe(now_us, moved_ms, pops) for node in self.nodes]
+        merged = Observed(popped=[None] * len(pops))
+        for key in sorted({key for observed in each for key in observed.keys}):
+            states = [observed.keys[key] for observed in each if key in observed.keys]
+            lasting = [state for state in states if state.pttl == -1]
+            values = [repr(state.value) for state in states]
+            common = max(set(values), key=values.count)
+            if lasting:
+                merged.keys[key] = lasting[0]
+            elif values.count(common) >= self.majority:
+                merged.keys[key] = states[values.index(common)]
+        merged.expired = sorted({key for observed in each for key in observed.expired})
+        return merged
+
+    def snapshot(self) -> dict[str, bytes]:
+        return self.nodes[0].snapshot()
+
+    def restart(self, snapshot: dict[str, tuple[bytes, int]] | None) -> None:
+        """The first member restarts (the others are its peers' concern: ``member restart``)."""
+        self.nodes[0].restart(snapshot)
+
+    def fault(self, kind: str, choices: Any) -> tuple[str, bool]:
+        node = choices.pick(self.nodes)
+        number = self.nodes.index(node) + 1
+        if kind == "member restart":
+            node.restart(None)
+            return f"member {number} restarts empty", True
+        port = self._port(node)
+        if port in _Reachable.unreachable:
+            _Reachable.unreachable.discard(port)
+            return f"member {number} reachable again", False
+        if len(_Reachable.unreachable) + 1 < self.majority:  # (a majority stays reachable)
+            _Reachable.unreachable.add(port)
+            return f"member {number} unreachable", False
+        return "(no member can go: a majority must stay)", False
+
+    def stop(self) -> None:
+        super().stop()
+        for member in self.members:
+            member.close()
+        for process in self._processes:
+            process.stop()
+
+
 def _cluster(node: SimulatedServer, *args: Any) -> Any:
     return node.client.execute_command("CLUSTER", *args)
 
@@ -271,14 +383,29 @@ def _slot_owner_id(client: redis.Redis, slot: int) -> str | None:
     return None
 
 
-def simulated_topology(name: str, directory: str, scripts: dict[str, Script] | None = None) -> World:
+def combinations(workloads: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Every (topology, workload) that runs."""
+    return [(t, w) for t in TOPOLOGIES for w in workloads if w not in UNSUPPORTED.get(t, ())]
+
+
+def simulated_topology(
+    name: str, directory: str, scripts: dict[str, Script] | None = None
+) -> World:
     """Start ``name``'s servers under ``directory`` (stopped by ``world.stop()``)."""
     if name == "server":
         process = EmbeddedRedis(directory=directory).start()
         world: World = ServerWorld(process.url, scripts)
         world._processes.append(process)  # type: ignore[attr-defined]
         return world
-    processes: list[EmbeddedRedis] = []
+    if name == "quorum":
+        processes = [
+            EmbeddedRedis(directory=os.path.join(directory, f"member{i}")).start()
+            for i in range(3)
+        ]
+        world = QuorumWorld([process.url for process in processes], scripts)
+        world._processes = processes  # type: ignore[attr-defined]
+        return world
+    processes = []
     counter = iter(range(100))
 
     def start(**kwargs: Any) -> EmbeddedRedis:

@@ -71,7 +71,9 @@ def permit_keys(name: str) -> PermitKeys:
 
 def cast(sim: Simulation, workload: str, choices: Choices) -> None:
     """Add ``workload``'s clients to ``sim``, drawn from ``choices``."""
-    names = ("a", "b", "c") if workload == "many" else ("s",) if workload == "semaphore" else ("a",)
+    names = (
+        ("a", "b", "c") if workload == "many" else ("s",) if workload == "semaphore" else ("a",)
+    )
     for name in names:
         if workload == "semaphore":
             keys = permit_keys(name)
@@ -80,14 +82,14 @@ def cast(sim: Simulation, workload: str, choices: Choices) -> None:
             lock = lock_keys(name)
             facts = LockFacts(1, lock.lease, lock.queue, lock.waiters, lock.result)
         sim.ledger.lock(name, facts)
-    roles = _task_roles(choices) if workload == "task" else []
+    roles = _task_roles(choices, sim.backend.queues) if workload == "task" else []
     for _ in range(len(roles) or choices.number(2, 4)):
-        role = roles.pop(0) if roles else _role(workload, names, choices)
+        role = roles.pop(0) if roles else _role(workload, names, choices, sim.backend.queues)
         arrival = choices.pick((0, 0, 5, 400, 2500))
         sim.add(f"c{len(sim.clients) + 1}", _start(sim, role), arrival)
 
 
-def _task_roles(choices: Choices) -> list[Role]:
+def _task_roles(choices: Choices, queues: bool) -> list[Role]:
     """A task guard's key: each job reserved when queued, then run once or more (a message
     delivered twice), and perhaps cancelled (revoked before it ran)."""
     roles: list[Role] = []
@@ -96,13 +98,16 @@ def _task_roles(choices: Choices) -> list[Role]:
         roles.append(Role(kind="reserve", **common))
         for _ in range(choices.number(1, 2)):
             roles.append(Role(kind="run", renew=True, work_ms=choices.pick((500, 10, 4000)),
-                              wait_ms=choices.pick((2000, 0, 8000)), **common))  # fmt: skip
+                              wait_ms=choices.pick((2000, 0, 8000) if queues else (500, 0)),
+                              **common))  # fmt: skip
         if choices.chance(25):
             roles.append(Role(kind="cancel", **common))
     return roles
 
 
-def _role(workload: str, names: tuple[str, ...], choices: Choices) -> Role:
+def _role(workload: str, names: tuple[str, ...], choices: Choices, queues: bool) -> Role:
+    """(Without a queue, a waiter looks again every 5-30 ms: the longest waits and holds,
+    hundreds of steps each, are left out.)"""
     fencing = workload == "fenced" or (workload == "lock" and choices.chance(20))
     want_result = workload == "want_result"
     first = "take" if fencing or want_result or workload == "semaphore" else "set"
@@ -120,8 +125,8 @@ def _role(workload: str, names: tuple[str, ...], choices: Choices) -> Role:
         want_result=want_result,
         renew=choices.chance(50),
         lease_ms=choices.pick((3000, 1000, 10_000)),
-        wait_ms=choices.pick((2000, 0, 500, 8000)),
-        work_ms=choices.pick((500, 10, 2500, 12_000)),
+        wait_ms=choices.pick((2000, 0, 500, 8000) if queues else (500, 0, 1500)),
+        work_ms=choices.pick((500, 10, 2500, 12_000) if queues else (500, 10, 1200)),
         rounds=choices.number(1, 2),
     )
 
@@ -141,9 +146,11 @@ def _plan(sim: Simulation, client: Client, role: Role, keys: Any, token: str) ->
     """As ``Lock._prepare`` plans an acquisition."""
     record = OwnerRecord(role.lease_ms / 1000, 1, "sim", client.name).encode()
     started = sim.clock()
+    queues = sim.backend.queues
     return AcquirePlan(
         keys=keys, token=token, lease_ms=role.lease_ms, record=record,
-        max_wait=role.wait_ms / 1000, clock=sim.clock, first=role.first,
+        max_wait=role.wait_ms / 1000, clock=sim.clock, queues=queues,
+        first="take" if role.first == "join" and not queues else role.first,
         fencing=role.fencing, want_result=role.want_result,
         limit=PERMITS if role.kind == "semaphore" else 0, started=started,
         strays=client.strays.take(keys.lease, started), strayed=client.strays.left,
@@ -195,12 +202,14 @@ def _many_program(sim: Simulation, client: Client, role: Role) -> Program:
         ]
         deadline = plans[0].started + plans[0].max_wait
         held: list[tuple[Any, Hold, Acquired]] = []
-        try:
-            taken = yield from take_in_order(plans)
-        except Exception as error:  # noqa: BLE001
-            client.notes.append(f"take_many failed: {error!r}")
-            continue
-        for plan, acquired, name in zip(plans, taken.acquired, role.names, strict=False):
+        together: list[Acquired] = []
+        if sim.backend.queues and sim.backend.one_script([plan.keys.lease for plan in plans]):
+            try:
+                together = (yield from take_in_order(plans)).acquired
+            except Exception as error:  # noqa: BLE001
+                client.notes.append(f"take_many failed: {error!r}")
+                continue
+        for plan, acquired, name in zip(plans, together, role.names, strict=False):
             valid_until = round(acquired.sent_at * 1e6) + acquired.lease_ms * 1000
             hold = sim.ledger.granted(client.name, name, plan.token, 0, valid_until)
             held.append((plan.keys, hold, acquired))
