@@ -345,9 +345,7 @@ def test_a_failed_release_is_finished_by_the_next_acquisition(
     assert errors(caplog) == []
 
 
-@pytest.mark.parametrize(
-    ("api", "fencing"), [("sync", False), ("async", False), ("sync", True)]
-)
+@pytest.mark.parametrize(("api", "fencing"), [("sync", False), ("async", False), ("sync", True)])
 def test_an_acquisition_that_gave_up_on_a_busy_redis_gives_the_lease_back(
     settings, redis_server_factory, redis_client, api, fencing
 ):

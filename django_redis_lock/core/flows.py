@@ -13,7 +13,8 @@ Acquiring (``acquire``):
 2. if it is held and we may wait, ``join.lua`` queues us and we block on our wake-up list;
    the holder's release hands us the lease and pushes a message there, so we hold the lock when
    we wake (or, should the message be late or lost, when we ask again: ``join.lua`` says what
-   it said; a message handed before our latest join is a late one, whose lease ended: ignored). A block ends at the latest when the wait does, or when the holder's lease does (it
+   it said; a message handed before our latest join is a late one, whose lease ended, and is
+   ignored). A block ends at the latest when the wait does, or when the holder's lease does (it
    may have died without releasing), or when the waiter ahead of us would be counted dead (it
    may have died, and been handed the lease), and every ``BLOCK_CAP`` seconds so the queue
    keeps counting us alive. A wait cut off in the line that could not step out of it is

@@ -12,7 +12,7 @@ import random
 
 from .choices import Choices, HypothesisChoices, SeededChoices
 from .server import SimulatedServer, simulated_scripts
-from .simulation import FAULTS_ON, Faults, Simulation, SimulationFailed
+from .simulation import FAULTS_ON, NO_FAULTS, Faults, Simulation, SimulationFailed
 from .topology import (
     TOPOLOGIES,
     ClusterWorld,
@@ -26,27 +26,27 @@ from .workloads import WORKLOADS, cast
 
 __all__ = [
     "FAULTS_ON",
+    "TOPOLOGIES",
     "WORKLOADS",
+    "ClusterWorld",
     "Faults",
     "HypothesisChoices",
-    "SeededChoices",
-    "ClusterWorld",
     "QuorumWorld",
+    "SeededChoices",
     "ServerWorld",
     "SimulatedServer",
-    "TOPOLOGIES",
-    "World",
-    "combinations",
-    "simulated_topology",
     "Simulation",
     "SimulationFailed",
+    "World",
+    "combinations",
     "run_schedule",
     "simulated_scripts",
+    "simulated_topology",
 ]
 
 
 def run_schedule(
-    world: World, workload: str, choices: Choices, faults: Faults = Faults()
+    world: World, workload: str, choices: Choices, faults: Faults = NO_FAULTS
 ) -> Simulation:
     """One schedule of ``workload`` on ``world``; raises :class:`SimulationFailed` with its
     trace."""

@@ -21,8 +21,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from embedded_redis import EmbeddedRedis
-
 from . import (
     FAULTS_ON,
     TOPOLOGIES,

@@ -68,16 +68,15 @@ class Client:
 
     def resume(self, now_us: int, reply: Any = None, error: BaseException | None = None) -> None:
         """Send ``reply`` (or throw ``error``) into the program; it stops at its next request."""
-        if self.program is None:
-            self.program = self.start(self)
-            step = lambda: next(self.program)  # noqa: E731
-        elif error is not None:
-            step = lambda: self.program.throw(error)  # noqa: E731
-        else:
-            step = lambda: self.program.send(reply)  # noqa: E731
         self.wake_key, self.first_reply, self.inbox, self.broken = None, NOTHING, [], None
         try:
-            request = step()
+            if self.program is None:
+                self.program = self.start(self)
+                request = next(self.program)
+            elif error is not None:
+                request = self.program.throw(error)
+            else:
+                request = self.program.send(reply)
         except StopIteration:
             self.state, self.request = "done", None
             return

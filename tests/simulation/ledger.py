@@ -175,8 +175,9 @@ class Ledger:
 
     def _told_lost(self, hold: Hold, what: str) -> None:
         if hold.valid_until_us > self.now_us and not hold.exposed and not self.faults:
+            left = (hold.valid_until_us - self.now_us) / 1000
             self.fail(f"{hold.client}'s {what} found its lease of {hold.lock!r} gone, "
-                      f"{(hold.valid_until_us - self.now_us) / 1000:.3f} ms before it ends")  # fmt: skip
+                      f"{left:.3f} ms before it ends")  # fmt: skip
         hold.ended = True
 
     def reservation_ended(self, job: str, code: int | None) -> None:

@@ -55,7 +55,9 @@ local function scaled_call(call, command, ...)
     args[2] = tonumber(args[2]) * SCALE
   elseif name == 'SET' then
     for i = 3, #args - 1 do
-      if string.upper(tostring(args[i])) == 'PX' then args[i + 1] = tonumber(args[i + 1]) * SCALE end
+      if string.upper(tostring(args[i])) == 'PX' then
+        args[i + 1] = tonumber(args[i + 1]) * SCALE
+      end
     end
   end
   return call(command, unpack(args))

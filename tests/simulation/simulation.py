@@ -41,7 +41,7 @@ from .server import Observed, scaled, unscaled_pttl
 from .topology import World
 from .trace import Trace, describe
 
-__all__ = ["Faults", "Simulation", "SimulationFailed", "START_US"]
+__all__ = ["FAULTS_ON", "NO_FAULTS", "START_US", "Faults", "Simulation", "SimulationFailed"]
 
 # Simulated time starts here (µs since the epoch): the scripts' clock reads like a real one.
 START_US = 1_800_000_000_000_000
@@ -61,6 +61,7 @@ class Faults:
         return bool(self.percent or self.request_percent)
 
 
+NO_FAULTS = Faults()
 FAULTS_ON = Faults(percent=6, request_percent=6)
 
 
@@ -76,7 +77,7 @@ class SimulationFailed(AssertionError):
 class Simulation:
     world: World
     choices: Choices
-    faults: Faults = Faults()
+    faults: Faults = NO_FAULTS
     max_steps: int = 3000  # a schedule longer than this never ends: a violation
     fault_steps: int = 120  # faults only happen in the first steps; then everyone finishes
     ledger: Ledger = field(default_factory=Ledger)
@@ -113,8 +114,8 @@ class Simulation:
             self._observe()
             while not all(client.finished for client in self.clients):
                 if self.steps >= self.max_steps:
-                    raise Violation(self.steps, "the schedule never ended: " + ", ".join(
-                        f"{c.name} {c.state}" for c in self.clients if not c.finished))  # fmt: skip
+                    left = ", ".join(f"{c.name} {c.state}" for c in self.clients if not c.finished)
+                    raise Violation(self.steps, f"the schedule never ended: {left}")
                 self.steps += 1
                 self.ledger.step = self.steps
                 self._step()
@@ -128,9 +129,8 @@ class Simulation:
     def _step(self) -> None:
         faulty = self.faults.on and self.steps <= self.fault_steps
         runnable = [client for client in self.clients if client.runnable(self.now_us)]
-        if faulty and self.choices.chance(self.faults.percent):
-            if self._fault(runnable):
-                return
+        if faulty and self.choices.chance(self.faults.percent) and self._fault(runnable):
+            return
         under_way = self.world.under_way()
         if under_way is not None and self.choices.chance(25):  # (a slot moves key by key)
             self._world_fault(under_way)
@@ -194,7 +194,7 @@ class Simulation:
             return None, RedisConnectionError("simulated: the request was lost")
         try:
             reply = self._perform(request)
-        except Exception as error:  # noqa: BLE001  (a reply that is an error goes back in)
+        except Exception as error:  # (a reply that is an error goes back in)
             reply, error_reply = None, error
         else:
             error_reply = None

@@ -15,7 +15,7 @@ _START_US = 1_800_000_000_000_000
 def _short(value: Any, room: int = 60) -> str:
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
-    text = repr(value) if not isinstance(value, str) else repr(value)
+    text = repr(value)
     return text if len(text) <= room else text[: room - 3] + "..."
 
 

@@ -32,8 +32,8 @@ from .choices import Choices
 from .clients import Client
 from .ledger import Hold, LockFacts
 from .server import NAMESPACE
-from .topology import TAG
 from .simulation import Simulation
+from .topology import TAG
 
 __all__ = ["WORKLOADS", "Role", "cast"]
 
@@ -163,7 +163,7 @@ def _acquire(sim: Simulation, client: Client, plan: AcquirePlan, lock: str, job:
     client.deadline_us, client.paused_while_acquiring = deadline_us, False
     try:
         outcome = yield from flows.acquire(plan)
-    except Exception as error:  # noqa: BLE001  (the Lock raises LockBackendError)
+    except Exception as error:  # (the Lock raises LockBackendError)
         client.notes.append(f"acquire failed: {error!r}")
         outcome = None
     sim.ledger.returned(client.name, deadline_us, client.paused_while_acquiring)
@@ -206,7 +206,7 @@ def _many_program(sim: Simulation, client: Client, role: Role) -> Program:
         if sim.backend.queues and sim.backend.one_script([plan.keys.lease for plan in plans]):
             try:
                 together = (yield from take_in_order(plans)).acquired
-            except Exception as error:  # noqa: BLE001
+            except Exception as error:
                 client.notes.append(f"take_many failed: {error!r}")
                 continue
         for plan, acquired, name in zip(plans, together, role.names, strict=False):
@@ -246,7 +246,7 @@ def _work(sim: Simulation, role: Role, held: Sequence[tuple[Any, Hold, Acquired]
             sent = sim.now_us
             try:
                 extended = yield from flows.extend(keys, hold.token, role.lease_ms)
-            except Exception:  # noqa: BLE001  (tried again next time)
+            except Exception:  # (tried again next time)
                 continue
             sim.ledger.renewed(hold, sent, role.lease_ms, extended)
             if not extended:
@@ -266,7 +266,7 @@ def _release(
             keep = {"result": result, "result_ttl_ms": RESULT_TTL_MS}
         try:
             code = yield from flows.release(keys, hold.token, outcome.next_token, **keep)
-        except Exception:  # noqa: BLE001  (the Lock raises LockBackendError; the lease runs out)
+        except Exception:  # (the Lock raises LockBackendError; the lease runs out)
             sim.ledger.ended(hold)
             continue
         sim.ledger.released(hold, code)
@@ -278,7 +278,7 @@ def _task_program(sim: Simulation, client: Client, role: Role) -> Program:
     if role.kind == "cancel":
         try:
             code = yield from flows.end_reservation(keys, job)
-        except Exception as error:  # noqa: BLE001  (it may have got through)
+        except Exception as error:  # (it may have got through)
             client.notes.append(f"cancel failed: {error!r}")
             code = None
         sim.ledger.reservation_ended(job, code)
