@@ -101,6 +101,7 @@ def test_a_seed_replays_the_same_schedule(server_world: Any) -> None:
         ("join forgets the result", 1_000),
         ("release ignores the token", 10_000),
         ("extend ignores the token", 10_000),
+        ("join forgets when it queued", 10_000),
         ("semaphore miscounts", 10_000),
     ],
 )

@@ -34,6 +34,14 @@ MUTATIONS: dict[str, tuple[str, str, str, str]] = {
         "false",
         "lock",
     ),
+    # A queue join that does not say when it queued: a wake-up pushed late, after the lease it
+    # handed had ended, is taken for a grant again (found by a campaign, fixed since).
+    "join forgets when it queued": (
+        "join",
+        "joined = string.format('%.0f', micros)",
+        "joined = false",
+        "task",
+    ),
     # A semaphore that counts one permit too many.
     "semaphore miscounts": (
         "permit_acquire",

@@ -65,6 +65,11 @@ NO_FAULTS = Faults()
 FAULTS_ON = Faults(percent=6, request_percent=6)
 
 
+def _pushes_a_wake_up(request: Any) -> bool:
+    """A release's push of a wake-up message (``core/release.py``), sent a round trip after."""
+    return type(request) is Pipeline and str(request.commands[0][0]).upper() == "RPUSH"
+
+
 class SimulationFailed(AssertionError):
     """An invariant broke (or the schedule never ended); the message has the trace."""
 
@@ -130,6 +135,10 @@ class Simulation:
         faulty = self.faults.on and self.steps <= self.fault_steps
         runnable = [client for client in self.clients if client.runnable(self.now_us)]
         if faulty and self.choices.chance(self.faults.percent) and self._fault(runnable):
+            return
+        pushing = [c for c in runnable if _pushes_a_wake_up(c.request)]
+        if faulty and pushing and self.choices.chance(15):  # (the window of one round trip)
+            self._delay_push(self.choices.pick(pushing))
             return
         under_way = self.world.under_way()
         if under_way is not None and self.choices.chance(25):  # (a slot moves key by key)
@@ -275,6 +284,7 @@ class Simulation:
             kinds.append("stall")
         if any(c.state == "parked" and c.inbox for c in alive):
             kinds.append("lose wake-up")
+
         if self.faults.restarts:
             kinds.append("restart")
         kinds += self.world.faults
@@ -316,6 +326,14 @@ class Simulation:
         else:
             return False
         return True
+
+    def _delay_push(self, client: Client) -> None:
+        """A wake-up push delayed: its sender stalls between its release and the push."""
+        self.ledger.faults += 1
+        ms = self.choices.pick((1500, 300, 3000))
+        client.paused_until_us = self.now_us + ms * 1000
+        client.paused_while_acquiring |= client.deadline_us is not None  # (a leave's release)
+        self.trace.add(self.now_us, client.name, f"DELAYS its wake-up push by {ms} ms")
 
     def _world_fault(self, kind: str) -> None:
         self.ledger.faults += 1
