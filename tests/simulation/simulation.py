@@ -13,10 +13,11 @@ One step is one of:
 - time moves, when every client waits for it, to the first moment one wakes by itself; leases
   and other keys run out on the way (``server.py``);
 - a fault: a client crashes (it never runs again), pauses (time passes it by: a GC pause, a
-  stopped VM, a renewal late), loses the wake-up that was popped for it (its connection died
-  with the reply), is stalled while time passes (a slow network), or Redis restarts, with no
+  stopped VM, a renewal late), stalls between its release and the wake-up it must push (the
+  window of one round trip), loses the wake-up that was popped for it (its connection died
+  with the reply), or is stalled while time passes (a slow network); Redis restarts, with no
   data, or from a snapshot taken earlier in the schedule (every parked client's connection dies,
-  and the scripts must be loaded again).
+  and the scripts must be loaded again); or a fault of the topology's (``topology.py``).
 
 Time never passes while a client is ready unless a fault says so: without faults, a request
 takes no time, and a waiter always asks again before its liveness deadline.
