@@ -13,6 +13,7 @@ The invariants:
 - **fencing**: each fenced grant's token is larger than every one granted before for the lock;
 - **no double run**: a client that asked for the guarded work's result (``want_result``) is
   never granted the lock while that result is kept;
+- **all or nothing**: a ``lock_many`` that gave up holds none of the locks it had taken;
 - **FIFO**: while no fault intervened, a grant never passes over a live waiter queued ahead;
 - **expiries**: every key of ours has one, after every step;
 - **bounded waits**: no block lasts past its acquisition's deadline nor past ``BLOCK_CAP``, and an
@@ -187,6 +188,14 @@ class Ledger:
             for hold in facts.holds:
                 if hold.token == f"{job}~queued" and code != -1:
                     hold.ended = True
+
+    def none_held(self, client: str, taken: list[tuple[str, str]]) -> None:
+        """``client``'s ``lock_many`` gave up and gave back what it had taken (``taken``: lock,
+        token): none of those leases may be left in its name."""
+        for lock, token in taken:
+            value = self.state.value(self.locks[lock].lease_key)
+            if value is not None and value.split("|", 1)[0] == token:
+                self.fail(f"{client} gave up its lock_many but still holds {lock!r}")
 
     def ended(self, hold: Hold) -> None:
         """The holder stopped believing (its release failed: the work is over)."""

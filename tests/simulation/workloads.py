@@ -223,8 +223,9 @@ def _many_program(sim: Simulation, client: Client, role: Role) -> Program:
                 break
             hold, outcome = granted
             held.append((plan.keys, hold, outcome))
-        if not complete:
-            yield from _release(sim, held, None)
+        if not complete:  # all or nothing: what it took is given back
+            if (yield from _release(sim, held, None)):
+                sim.ledger.none_held(client.name, [(hold.lock, hold.token) for _, hold, _ in held])
             continue
         if (yield from _work(sim, role, held)):
             yield from _release(sim, held, None)
@@ -258,7 +259,9 @@ def _work(sim: Simulation, role: Role, held: Sequence[tuple[Any, Hold, Acquired]
 
 def _release(
     sim: Simulation, held: Sequence[tuple[Any, Hold, Acquired]], result: bytes | None
-) -> Program:
+) -> Any:
+    """Release each, last first; whether every release got through."""
+    released = True
     for keys, hold, outcome in reversed(held):
         sim.ledger.releasing(hold)
         keep: dict[str, Any] = {}
@@ -268,8 +271,10 @@ def _release(
             code = yield from flows.release(keys, hold.token, outcome.next_token, **keep)
         except Exception:  # (the Lock raises LockBackendError; the lease runs out)
             sim.ledger.ended(hold)
+            released = False
             continue
         sim.ledger.released(hold, code)
+    return released
 
 
 def _task_program(sim: Simulation, client: Client, role: Role) -> Program:
