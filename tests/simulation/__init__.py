@@ -11,18 +11,13 @@ from __future__ import annotations
 import random
 
 from .choices import Choices, HypothesisChoices, SeededChoices
+from .cluster import ClusterWorld
+from .quorum import QuorumWorld
 from .server import SimulatedServer, simulated_scripts
 from .simulation import FAULTS_ON, NO_FAULTS, Faults, Simulation, SimulationFailed
-from .topology import (
-    TOPOLOGIES,
-    ClusterWorld,
-    QuorumWorld,
-    ServerWorld,
-    World,
-    combinations,
-    simulated_topology,
-)
+from .topology import TOPOLOGIES, combinations, simulated_topology
 from .workloads import WORKLOADS, cast
+from .world import ServerWorld, World
 
 __all__ = [
     "FAULTS_ON",

@@ -39,8 +39,8 @@ from .choices import Choices
 from .clients import NOTHING, Client
 from .ledger import Ledger, Violation
 from .server import Observed, scaled, unscaled_pttl
-from .topology import World
 from .trace import Trace, describe
+from .world import World
 
 __all__ = ["FAULTS_ON", "NO_FAULTS", "START_US", "Faults", "Simulation", "SimulationFailed"]
 

@@ -33,7 +33,7 @@ from .clients import Client
 from .ledger import Hold, LockFacts
 from .server import NAMESPACE
 from .simulation import Simulation
-from .topology import TAG
+from .world import TAG
 
 __all__ = ["WORKLOADS", "Role", "cast"]
 

@@ -1,0 +1,178 @@
+"""A Redis Cluster of three primaries in the simulation: :class:`ClusterWorld`."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+import redis.cluster
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from django_redis_lock.backends import ClusterBackend
+from django_redis_lock.scripts import Script
+
+from .server import CLOCK_PREFIX, NAMESPACE, SimulatedServer, simulated_scripts
+from .world import TAG, World
+
+__all__ = ["ClusterWorld"]
+
+
+class ClusterWorld(World):
+    name = "cluster"
+    faults = ("migrate",)
+
+    def __init__(self, urls: list[str], scripts: dict[str, Script] | None = None) -> None:
+        self.scripts = scripts if scripts is not None else simulated_scripts()
+        self.nodes = [SimulatedServer(url, self.scripts) for url in urls]
+        self.cluster = RedisCluster.from_url(urls[0])
+        self.backend = ClusterBackend(self.cluster)
+        self.slot = key_slot(TAG.encode())
+        self.processes = []
+        self._ids = {node: _node_id(node.client) for node in self.nodes}
+        self._home = next(n for n in self.nodes if _slot_owner(n.client, self.slot))
+        self._target: SimulatedServer | None = None  # the slot is moving there
+
+    def home(self) -> SimulatedServer:
+        return self._home
+
+    def watched(self) -> list[SimulatedServer]:
+        return [self._home] + ([self._target] if self._target is not None else [])
+
+    def reset(self, now_us: int) -> None:
+        if self._target is not None:
+            self._finish_move()
+        super().reset(now_us)
+
+    @contextlib.contextmanager
+    def carrying(self) -> Iterator[None]:
+        # redis-py's Cluster client sleeps (real time) before it retries a TRYAGAIN or after a
+        # CLUSTERDOWN; in the simulation no time passes there, so it retries at once.
+        cluster_time = redis.cluster.time
+        redis.cluster.time = _NO_SLEEP  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            redis.cluster.time = cluster_time
+
+    def under_way(self) -> str | None:
+        return "migrate" if self._target is not None else None
+
+    def snapshot(self) -> dict[str, bytes]:
+        if self._target is not None:  # (a slot being moved ends its move first)
+            self._finish_move()
+        return super().snapshot()
+
+    def restart(self, snapshot: dict[str, tuple[bytes, int]] | None) -> None:
+        if self._target is not None:
+            self._finish_move()
+        super().restart(snapshot)
+
+    def fault(self, kind: str, choices: Any) -> tuple[str, bool]:
+        """One step of moving the slot: start, move one key, or finish."""
+        if self._target is None:
+            self._target = choices.pick([n for n in self.nodes if n is not self._home])
+            source, target = self._home, self._target
+            _cluster(target, "SETSLOT", self.slot, "IMPORTING", self._ids[source])
+            _cluster(source, "SETSLOT", self.slot, "MIGRATING", self._ids[target])
+            # The scripts read the clock of the slot on whichever node they run.
+            target.asking = True
+            clock = source.client.get(CLOCK_PREFIX + TAG)
+            asking = target.client.pipeline(transaction=False)
+            asking.execute_command("ASKING").set(CLOCK_PREFIX + TAG, clock, px=3_600_000)
+            asking.execute()
+            return f"slot MIGRATING from {self._name(source)} to {self._name(target)}", False
+        keys = self._home.client.keys(NAMESPACE + "*")
+        if keys and choices.chance(70):
+            key = choices.pick(sorted(keys))
+            self._migrate([key])
+            return f"key {key.decode()} MIGRATED", False
+        self._finish_move()
+        return "slot moved: SETSLOT NODE", False
+
+    def _finish_move(self) -> None:
+        source, target = self._home, self._target
+        assert target is not None
+        self._migrate(source.client.keys(NAMESPACE + "*") + source.client.keys(CLOCK_PREFIX + "*"))
+        # The target first, then the source, then the rest (Redis Cluster's order), and the
+        # target's config epoch made the highest: no older claim gossiped later wins.
+        for node in [target, source] + [n for n in self.nodes if n not in (source, target)]:
+            _cluster(node, "SETSLOT", self.slot, "NODE", self._ids[target])
+        _cluster(target, "BUMPEPOCH")
+        self._settle(target)
+        target.asking = False
+        self._home, self._target = target, None
+
+    def _settle(self, owner: SimulatedServer, timeout: float = 10.0) -> None:
+        """Until every node says ``owner`` has the slot (gossip has no event to wait on: a
+        bounded probe, which tells a node that says otherwise again)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            wrong = [
+                n for n in self.nodes if _slot_owner_id(n.client, self.slot) != self._ids[owner]
+            ]
+            if not wrong:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster does not agree who has slot {self.slot}")
+            _cluster(owner, "BUMPEPOCH")
+            for node in wrong:
+                _cluster(node, "SETSLOT", self.slot, "NODE", self._ids[owner])
+            time.sleep(0.01)
+
+    def _migrate(self, keys: list[bytes]) -> None:
+        if not keys:
+            return
+        target = self._target
+        assert target is not None
+        address = target.client.connection_pool.connection_kwargs
+        self._home.client.execute_command(
+            "MIGRATE", address["host"], address["port"], "", 0, 5000, "REPLACE", "KEYS", *keys
+        )
+
+    def _name(self, node: SimulatedServer) -> str:
+        return f"node {self.nodes.index(node) + 1}"
+
+    def stop(self) -> None:
+        super().stop()
+        self.cluster.close()
+
+
+class _NoSleep:
+    """``time`` for redis-py's Cluster client, without sleeping."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        """(No time passes.)"""
+
+
+_NO_SLEEP = _NoSleep()
+
+
+def _cluster(node: SimulatedServer, *args: Any) -> Any:
+    return node.client.execute_command("CLUSTER", *args)
+
+
+def _node_id(client: redis.Redis) -> str:
+    return client.execute_command("CLUSTER", "MYID").decode()
+
+
+def _slot_owner(client: redis.Redis, slot: int) -> bool:
+    return _slot_owner_id(client, slot) == _node_id(client)
+
+
+def _slot_owner_id(client: redis.Redis, slot: int) -> str | None:
+    """Who has ``slot``, as the node of ``client`` sees it."""
+    for line in client.execute_command("CLUSTER", "NODES").decode().splitlines():
+        fields = line.split()
+        for part in fields[8:]:
+            first, _, last = part.partition("-")
+            if first.isdigit() and int(first) <= slot <= int(last or first):
+                return fields[0]
+    return None

@@ -1,0 +1,101 @@
+"""Three independent servers held as a majority in the simulation: :class:`QuorumWorld`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+import redis.connection
+
+from django_redis_lock.backends import QuorumBackend
+from django_redis_lock.quorum import QuorumClient
+from django_redis_lock.scripts import Script
+
+from .server import CLOCK_PREFIX, Observed, SimulatedServer, simulated_scripts
+from .world import TAG, World
+
+__all__ = ["QuorumWorld"]
+
+
+class _Reachable(redis.connection.Connection):
+    """A member's connection, which fails at once while the simulation has its server
+    unreachable (down, or on the far side of a partition)."""
+
+    unreachable: set[int] = set()  # ports, set by QuorumWorld
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if self.port in self.unreachable:
+            self.disconnect()
+            raise redis.ConnectionError("simulated: the server cannot be reached")
+        super().send_packed_command(command, check_health)
+
+
+class QuorumWorld(World):
+    name = "quorum"
+    faults = ("unreachable", "member restart")
+
+    def __init__(self, urls: list[str], scripts: dict[str, Script] | None = None) -> None:
+        self.scripts = scripts if scripts is not None else simulated_scripts()
+        self.nodes = [SimulatedServer(url, self.scripts) for url in urls]  # (always reachable)
+        self.members = [redis.Redis.from_url(url, connection_class=_Reachable) for url in urls]
+        self.client = QuorumClient(
+            "simulated", [(f"member{i + 1}", m) for i, m in enumerate(self.members)], self.scripts
+        )
+        self.backend = QuorumBackend(self.client)
+        self.majority = len(urls) // 2 + 1
+        self.processes = []
+
+    def _port(self, node: SimulatedServer) -> int:
+        return int(node.client.connection_pool.connection_kwargs["port"])
+
+    def reset(self, now_us: int) -> None:
+        _Reachable.unreachable.clear()
+        for node in self.nodes:
+            node.reset()
+            node.client.set(CLOCK_PREFIX + TAG, now_us, px=3_600_000)
+
+    def watched(self) -> list[SimulatedServer]:
+        return self.nodes
+
+    def observe(self, now_us: int, moved_ms: int, pops: list[str]) -> Observed:
+        """What a majority of the members hold (a key without an expiry on any one shows)."""
+        each = [node.observe(now_us, moved_ms, pops) for node in self.nodes]
+        merged = Observed(popped=[None] * len(pops))
+        for key in sorted({key for observed in each for key in observed.keys}):
+            states = [observed.keys[key] for observed in each if key in observed.keys]
+            lasting = [state for state in states if state.pttl == -1]
+            values = [repr(state.value) for state in states]
+            common = max(set(values), key=values.count)
+            if lasting:
+                merged.keys[key] = lasting[0]
+            elif values.count(common) >= self.majority:
+                merged.keys[key] = states[values.index(common)]
+        merged.expired = sorted({key for observed in each for key in observed.expired})
+        return merged
+
+    def snapshot(self) -> dict[str, bytes]:
+        return self.nodes[0].snapshot()
+
+    def restart(self, snapshot: dict[str, tuple[bytes, int]] | None) -> None:
+        """The first member restarts (the others are its peers' concern: ``member restart``)."""
+        self.nodes[0].restart(snapshot)
+
+    def fault(self, kind: str, choices: Any) -> tuple[str, bool]:
+        node = choices.pick(self.nodes)
+        number = self.nodes.index(node) + 1
+        if kind == "member restart":
+            node.restart(None)
+            return f"member {number} restarts empty", True
+        port = self._port(node)
+        if port in _Reachable.unreachable:
+            _Reachable.unreachable.discard(port)
+            return f"member {number} reachable again", False
+        if len(_Reachable.unreachable) + 1 < self.majority:  # (a majority stays reachable)
+            _Reachable.unreachable.add(port)
+            return f"member {number} unreachable", False
+        return "(no member can go: a majority must stay)", False
+
+    def stop(self) -> None:
+        super().stop()
+        for member in self.members:
+            member.close()

@@ -1,0 +1,100 @@
+"""What a topology gives the simulation (``topology.py`` names them): its servers, the backend
+(``backends/``) the flows' requests go through, as the library picks it for that topology,
+and its own faults. A world observes (``server.OBSERVE``) every node that may hold the
+schedule's keys, and merges what they say."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from django_redis_lock.backends import ServerBackend
+from django_redis_lock.scripts import Script
+from embedded_redis import EmbeddedRedis
+
+from .server import CLOCK_PREFIX, Observed, SimulatedServer, simulated_scripts
+
+__all__ = ["TAG", "ServerWorld", "World"]
+
+# Every key of a schedule carries this hash tag: one Redis Cluster slot.
+TAG = "{sim}"
+
+
+class World:
+    """What a topology gives the simulation."""
+
+    name = ""
+    backend: Any
+    scripts: dict[str, Script]
+    nodes: list[SimulatedServer]
+    faults: tuple[str, ...] = ()
+
+    def reset(self, now_us: int) -> None:
+        """Empty every node for a new schedule; the scripts' clock at ``now_us`` (kept an hour:
+        no key is left without an expiry)."""
+        for node in self.nodes:
+            node.reset()
+        self.home().client.set(CLOCK_PREFIX + TAG, now_us, px=3_600_000)
+
+    def home(self) -> SimulatedServer:
+        return self.nodes[0]
+
+    def watched(self) -> list[SimulatedServer]:
+        """The nodes that may hold keys of the schedule now."""
+        return [self.home()]
+
+    def observe(self, now_us: int, moved_ms: int, pops: list[str]) -> Observed:
+        merged: Observed | None = None
+        for node in self.watched():
+            observed = node.observe(now_us, moved_ms, pops)
+            if merged is None:
+                merged = observed
+                continue
+            merged.keys.update(observed.keys)
+            merged.expired += observed.expired
+            merged.popped = [
+                a if a is not None else b
+                for a, b in zip(merged.popped, observed.popped, strict=True)
+            ]
+        assert merged is not None
+        return merged
+
+    def snapshot(self) -> dict[str, bytes]:
+        return self.home().snapshot()
+
+    def restart(self, snapshot: dict[str, tuple[bytes, int]] | None) -> None:
+        for node in self.watched():
+            node.restart(snapshot if node is self.home() else None)
+
+    def fault(self, kind: str, choices: Any) -> tuple[str, bool]:
+        """Carry out one step of fault ``kind``: what happened, and whether data was lost."""
+        raise NotImplementedError(kind)
+
+    def under_way(self) -> str | None:
+        """A fault of several steps that has begun (its next step is due soon), or None."""
+        return None
+
+    @contextlib.contextmanager
+    def carrying(self) -> Iterator[None]:
+        """Around each request the backend carries out."""
+        yield
+
+    # The servers started for it (``topology.simulated_topology``), stopped with it.
+    processes: list[EmbeddedRedis]
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.close()
+        for process in self.processes:
+            process.stop()
+
+
+class ServerWorld(World):
+    name = "server"
+
+    def __init__(self, url: str, scripts: dict[str, Script] | None = None) -> None:
+        self.scripts = scripts if scripts is not None else simulated_scripts()
+        self.nodes = [SimulatedServer(url, self.scripts)]
+        self.backend = ServerBackend(self.nodes[0].client)
+        self.processes = []
