@@ -244,7 +244,7 @@ def _work(sim: Simulation, role: Role, held: Sequence[tuple[Any, Hold, Acquired]
         if sim.now_us >= work_end or not renewing:
             break
         for keys, hold, _ in held:
-            sent = sim.now_us
+            sent = round(sim.clock() * 1e6)  # (by its own clock, in whole ms: Simulation.clock)
             try:
                 extended = yield from flows.extend(keys, hold.token, role.lease_ms)
             except Exception:  # (tried again next time)
