@@ -214,8 +214,8 @@ def _poll(plan: AcquirePlan) -> Flow:
     deadline = plan.started + plan.max_wait
     taking, args = keys.take_call(plan, _flags(plan))
     # A lease taken by a try whose reply never came goes back (not held by nobody for a whole
-    # lease), unless it was a reservation renamed: that must stay the job's.
-    silent = None if plan.only_takeover else give_back(keys, plan.token)
+    # lease), unless it took a job's reservation over: the key must stay the job's.
+    silent = None if plan.takeover else give_back(keys, plan.token)
     holder: Any = None
     contended = False
     while True:

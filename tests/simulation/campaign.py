@@ -78,6 +78,8 @@ def _run_chunk(task: tuple[str, str, str, int, int]) -> tuple[str, str, int, lis
             run_schedule(server, workload, SeededChoices(seed), _faults(faults))
         except SimulationFailed as failure:
             failures.append((seed, str(failure)))
+        except Exception as error:  # the simulation's own trouble (a server, the cluster)
+            failures.append((seed, f"the simulation itself failed: {error!r}"))
     return topology, workload, count, failures, time.perf_counter() - started
 
 
