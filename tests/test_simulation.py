@@ -93,23 +93,26 @@ def test_a_seed_replays_the_same_schedule(server_world: Any) -> None:
         assert _trace_of(server_world, seed) == _trace_of(server_world, seed)
 
 
-# Where each deliberate bug is found first, searching seeds from 0: the bounds the simulation
-# must keep (the issue's: the double run within 1,000 schedules, the others within 10,000).
+# Each deliberate bug is found searching seeds from ``first``, within ``bound`` schedules: the
+# issue's bounds (the double run within 1,000 schedules, the others within 10,000). A search
+# from 0 finds the late push's at seed 9,850 (a minute's run): the suite starts near it.
 @pytest.mark.parametrize(
-    ("mutation", "bound"),
+    ("mutation", "first", "bound"),
     [
-        ("join forgets the result", 1_000),
-        ("release ignores the token", 10_000),
-        ("extend ignores the token", 10_000),
-        ("join forgets when it queued", 10_000),
-        ("semaphore miscounts", 10_000),
+        ("join forgets the result", 0, 1_000),
+        ("release ignores the token", 0, 10_000),
+        ("extend ignores the token", 0, 10_000),
+        ("join forgets when it queued", 9_800, 10_000 - 9_800),
+        ("semaphore miscounts", 0, 10_000),
     ],
 )
-def test_the_simulation_finds_a_deliberate_bug(redis_url: str, mutation: str, bound: int) -> None:
+def test_the_simulation_finds_a_deliberate_bug(
+    redis_url: str, mutation: str, first: int, bound: int
+) -> None:
     workload = MUTATIONS[mutation][3]
     world = ServerWorld(redis_url, simulated_scripts(patch_for(mutation)))
     try:
-        for seed in range(bound):
+        for seed in range(first, first + bound):
             try:
                 run_schedule(world, workload, SeededChoices(seed), FAULTS_ON)
             except SimulationFailed:
@@ -210,3 +213,23 @@ def test_a_wake_up_pushed_after_its_lease_ended_is_not_taken_for_a_grant(redis_c
     step = _answer(waiter, (rejoined, late))
     assert not isinstance(step, StopIteration)  # not acquired: it waits on, in line
     assert redis_client.get(keys.lease).startswith(b"c3|")
+
+
+def test_a_take_whose_reply_never_came_gives_back_its_lease_unless_it_took_a_reservation():
+    """Minimal trace (task workload, faults; campaign seed 362, with the give-back first made
+    for every take): c1 reserves the key for job j1; c2, j1's run, takes the reservation over,
+    and its reply times out; the give-back sent after it deleted the job's key, and c4 reserved
+    it for job j2 while j1 was still to run. A take gives its lease back after a lost reply
+    (not held by nobody for a whole lease), except one that took a job's reservation over."""
+    keys = lock_keys("sim-found:give-back", "default")
+    record = OwnerRecord(3, 42, "host", "MainThread").encode()
+
+    def first_request(**options: Any) -> Any:
+        plan = flows.AcquirePlan(
+            keys=keys, token="j1~c2", lease_ms=3000, record=record, max_wait=0,
+            clock=_FakeClock(), started=1000.0, first="take", **options,
+        )  # fmt: skip
+        return next(flows.acquire(plan))
+
+    assert first_request(fencing=True).give_back is not None
+    assert first_request(want_result=True, job=True, takeover=("j1~queued|",)).give_back is None

@@ -40,7 +40,7 @@ MUTATIONS: dict[str, tuple[str, str, str, str]] = {
         "join",
         "joined = string.format('%.0f', micros)",
         "joined = false",
-        "task",
+        "lock",
     ),
     # A semaphore that counts one permit too many.
     "semaphore miscounts": (
