@@ -53,6 +53,7 @@ class Hold:
     valid_until_us: int
     exposed: bool = False
     ended: bool = False
+    losses: int = 0  # Redis's data losses before it was granted (Ledger.losses)
 
     def believed(self, now_us: int) -> bool:
         return not self.ended and not self.exposed and self.valid_until_us > now_us
@@ -78,6 +79,7 @@ class Ledger:
         self.step = 0
         self.now_us = 0
         self.faults = 0  # faults injected so far
+        self.losses = 0  # times Redis lost data (restarts), so far
         self.state: Any = None  # the latest Observed
         self.before: Any = None  # the one before it (the state a step started from)
 
@@ -129,7 +131,7 @@ class Ledger:
         kept = self.state.value(facts.result_key) if facts.result_key else None
         if want_result and kept is not None and (not job or kept == job):
             self.fail(f"{client} was granted {lock!r} to run the work again: its result is kept")
-        hold = Hold(client, lock, token, fence, valid_until_us)
+        hold = Hold(client, lock, token, fence, valid_until_us, losses=self.losses)
         facts.holds.append(hold)
         return hold
 
@@ -189,10 +191,14 @@ class Ledger:
                 if hold.token == f"{job}~queued" and code != -1:
                     hold.ended = True
 
-    def none_held(self, client: str, taken: list[tuple[str, str]]) -> None:
-        """``client``'s ``lock_many`` gave up and gave back what it had taken (``taken``: lock,
-        token): none of those leases may be left in its name."""
-        for lock, token in taken:
+    def none_held(self, client: str, taken: list[Hold]) -> None:
+        """``client``'s ``lock_many`` gave up and gave back what it had ``taken``: none of
+        those leases may be left in its name (unless Redis lost data since, and a restart from
+        a snapshot brought one back)."""
+        for hold in taken:
+            if hold.losses != self.losses:
+                continue
+            lock, token = hold.lock, hold.token
             value = self.state.value(self.locks[lock].lease_key)
             if value is not None and value.split("|", 1)[0] == token:
                 self.fail(f"{client} gave up its lock_many but still holds {lock!r}")
@@ -202,6 +208,7 @@ class Ledger:
         hold.ended = True
 
     def data_lost(self) -> None:
+        self.losses += 1
         for facts in self.locks.values():
             for hold in facts.holds:
                 if not hold.ended:

@@ -225,7 +225,7 @@ def _many_program(sim: Simulation, client: Client, role: Role) -> Program:
             held.append((plan.keys, hold, outcome))
         if not complete:  # all or nothing: what it took is given back
             if (yield from _release(sim, held, None)):
-                sim.ledger.none_held(client.name, [(hold.lock, hold.token) for _, hold, _ in held])
+                sim.ledger.none_held(client.name, [hold for _, hold, _ in held])
             continue
         if (yield from _work(sim, role, held)):
             yield from _release(sim, held, None)
