@@ -41,9 +41,10 @@ def combinations(workloads: tuple[str, ...]) -> list[tuple[str, str]]:
 
 
 def simulated_topology(
-    name: str, directory: str, scripts: dict[str, Script] | None = None
+    name: str, directory: str, scripts: dict[str, Script] | None = None, **options: Any
 ) -> World:
-    """Start ``name``'s servers under ``directory`` (stopped by ``world.stop()``)."""
+    """Start ``name``'s servers under ``directory`` (stopped by ``world.stop()``);
+    ``options`` go to the world (``ClusterWorld``'s ``moves``)."""
     if name == "server":
         process = EmbeddedRedis(directory=directory).start()
         world: World = ServerWorld(process.url, scripts)
@@ -68,6 +69,6 @@ def simulated_topology(
         return process
 
     start_cluster(3, start=start)
-    world = ClusterWorld([process.url for process in processes], scripts)
+    world = ClusterWorld([process.url for process in processes], scripts, **options)
     world.processes = processes
     return world
