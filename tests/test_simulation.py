@@ -135,6 +135,18 @@ class _FakeClock:
         return self.now
 
 
+_RECORD = OwnerRecord(3, 42, "host", "MainThread").encode()
+
+
+def _plan(keys: Any, token: str, clock: Any, wait: float, **options: Any) -> flows.AcquirePlan:
+    """An acquisition of a 3 s lease, its first try a join unless ``options`` say otherwise."""
+    options.setdefault("first", "join")
+    return flows.AcquirePlan(
+        keys=keys, token=token, lease_ms=3000, record=_RECORD, max_wait=wait,
+        clock=clock, started=clock(), **options,
+    )  # fmt: skip
+
+
 def _answer(flow: Any, reply: Any) -> Any:
     try:
         return flow.send(reply)
@@ -151,13 +163,9 @@ def test_a_waiter_that_learns_of_its_grant_after_the_lease_ended_does_not_take_i
     backend = backend_of("default")
     keys = lock_keys("sim-found:paused-waiter", "default")
     clock = _FakeClock()
-    record = OwnerRecord(3, 42, "host", "MainThread").encode()
 
     def plan(token: str, wait: float) -> flows.AcquirePlan:
-        return flows.AcquirePlan(
-            keys=keys, token=token, lease_ms=3000, record=record, max_wait=wait,
-            clock=clock, started=clock(), first="join",
-        )  # fmt: skip
+        return _plan(keys, token, clock, wait)
 
     assert isinstance(backend.perform(next(flows.acquire(plan("c3", 0)))), list)
     waiter = flows.acquire(plan("c1", 5))
@@ -188,13 +196,9 @@ def test_a_wake_up_pushed_after_its_lease_ended_is_not_taken_for_a_grant(redis_c
     backend = backend_of("default")
     keys = lock_keys("sim-found:late-push", "default")
     clock = _FakeClock()
-    record = OwnerRecord(3, 42, "host", "MainThread").encode()
 
     def plan(token: str, wait: float) -> flows.AcquirePlan:
-        return flows.AcquirePlan(
-            keys=keys, token=token, lease_ms=3000, record=record, max_wait=wait,
-            clock=clock, started=clock(), first="join", fencing=True,
-        )  # fmt: skip
+        return _plan(keys, token, clock, wait, fencing=True)
 
     assert int(backend.perform(next(flows.acquire(plan("c1", 0))))[0]) == 1
     waiter = flows.acquire(plan("c2", 5))
@@ -224,14 +228,9 @@ def test_a_take_whose_reply_never_came_gives_back_its_lease_unless_it_took_a_res
     it for job j2 while j1 was still to run. A take gives its lease back after a lost reply
     (not held by nobody for a whole lease), except one that took a job's reservation over."""
     keys = lock_keys("sim-found:give-back", "default")
-    record = OwnerRecord(3, 42, "host", "MainThread").encode()
 
     def first_request(**options: Any) -> Any:
-        plan = flows.AcquirePlan(
-            keys=keys, token="j1~c2", lease_ms=3000, record=record, max_wait=0,
-            clock=_FakeClock(), started=1000.0, first="take", **options,
-        )  # fmt: skip
-        return next(flows.acquire(plan))
+        return next(flows.acquire(_plan(keys, "j1~c2", _FakeClock(), 0, first="take", **options)))
 
     assert first_request(fencing=True).give_back is not None
     assert first_request(want_result=True, job=True, takeover=("j1~queued|",)).give_back is None

@@ -3,7 +3,8 @@ replies, and return an outcome. They decide everything (what to send, what a rep
 long to block, when to give up, how to step out of the queue on an error) and do no I/O: a
 sync and an async driver (``backends/drivers.py``) carry them out, so the two cannot drift
 (httpx's ``auth_flow``). Time comes from ``plan.clock``, so tests drive a flow with a fake
-clock and canned replies.
+clock and canned replies. What the scripts' replies and the wake-up messages say, and the
+outcomes, are read in ``replies.py``.
 
 Acquiring (``acquire``):
 
@@ -32,8 +33,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .lease import LockKeys
-from .release import Unconfirmed, end_reservation, extend, give_back, release, text
+from .release import Unconfirmed, end_reservation, extend, give_back, release
 from .replicas import check_replicas, confirm_handoff, confirmed
+from .replies import (
+    Acquired,
+    Done,
+    NotAcquired,
+    ahead_ms,
+    from_message,
+    joined_us,
+    other_limit,
+    until_it_matters,
+)
 from .requests import Block, Command, Eval, Flow, Pipeline, Sleep
 
 __all__ = [
@@ -108,36 +119,6 @@ class AcquirePlan:
     strays: tuple[tuple[str, float], ...] = ()
     # Called with the plan, a token and that time when a wait could not step out of the line.
     strayed: Callable[[AcquirePlan, str, float], None] = lambda plan, token, until: None
-
-
-@dataclass(slots=True)
-class Acquired:
-    fence: int
-    lease_ms: int  # what the lease was given: shorter than asked when handed over by a release
-    sent_at: float  # the lease runs from no earlier than this (monotonic)
-    next_token: str  # the waiter first in line after us, as far as we know ('' none)
-    done: bool = False  # the guarded work's result is there (want_result): release, read it
-    other_limit: int = 0  # a semaphore's: another holder took its permit under this limit
-
-
-@dataclass(slots=True)
-class NotAcquired:
-    holder: Any  # the holder's lease value as first seen, when asked for (else None)
-    pttl: int  # ms left on the holder's lease, when known (else 0)
-
-
-@dataclass(slots=True)
-class Done:
-    result: bytes
-
-
-def _from_message(message: Any, sent_at: float) -> tuple[Acquired, int]:
-    """A release's wake-up message, ``fence|lease_ms|done|handed at µs|next token``, and when
-    it was handed (server µs; 0 in an older version's message, which has no such field)."""
-    fields = text(message).split("|", 4)
-    handed = int(fields.pop(3)) if len(fields) == 5 else 0
-    fence, lease_ms, done, next_token = fields
-    return Acquired(int(fence), int(lease_ms), sent_at, next_token, done == "1"), handed
 
 
 def _budget(remaining: float) -> float | None:
@@ -224,7 +205,9 @@ def _poll(plan: AcquirePlan) -> Flow:
             keys.TAKE, taking, args, reply_timeout=_budget(deadline - sent_at), give_back=silent
         )
         if int(reply[0]) == 1:
-            return Acquired(int(reply[1]), int(reply[2]), sent_at, "", other_limit=_other(reply))
+            return Acquired(
+                int(reply[1]), int(reply[2]), sent_at, "", other_limit=other_limit(reply)
+            )
         if int(reply[0]) == 2:
             return Done(reply[1])
         pttl = int(reply[1])
@@ -262,7 +245,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
         if not contended and int(reply[0]) == 0:
             contended = True
             plan.on_contended(plan, reply[2] or None)
-        return _until_it_matters(reply)
+        return until_it_matters(reply)
 
     try:
         while True:
@@ -310,10 +293,10 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             if code == 1:  # (a message popped with it is join.lua's own, ending the block)
                 queued = False
                 granted = Acquired(
-                    int(reply[1]), int(reply[2]), sent_at, "", other_limit=_other(reply)
+                    int(reply[1]), int(reply[2]), sent_at, "", other_limit=other_limit(reply)
                 )
                 if reply[3]:
-                    granted = _from_message(reply[3], sent_at)[0]
+                    granted = from_message(reply[3], sent_at)[0]
                     if granted.done:
                         return (yield from _result_instead(plan, granted))
                 return granted
@@ -322,8 +305,8 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 return Done(reply[1])
             pttl = int(reply[1])
             hint = pttl / 1000 + 0.001 if pttl > 0 else BLOCK_CAP
-            joined = _joined_us(reply)
-            ahead = _ahead_ms(reply)
+            joined = joined_us(reply)
+            ahead = ahead_ms(reply)
             ahead_until = sent_at + ahead / 1000 + 0.001 if ahead > 0 else math.inf
             holder = holder or reply[2] or None
             if mode != QUEUE:
@@ -343,7 +326,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 )
                 message = yield Block(keys.wake(token), block, exact)
             if message:  # a release handed us the lease
-                granted, handed = _from_message(message, sent_at)
+                granted, handed = from_message(message, sent_at)
                 if handed and handed <= joined:
                     # Handed before this join, which would have found the lease ours, had it
                     # still been: a late push of a lease that ended meanwhile. Not a grant.
@@ -374,37 +357,11 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
         raise
 
 
-def _other(reply: Any) -> int:
-    """A semaphore's grant: the limit another holder took its permit under, when not ours."""
-    return int(reply[4]) if len(reply) > 4 else 0
-
-
 def _block(tight: float, loose: float) -> tuple[float, bool]:
     """How long to block, and whether exactly: ``tight`` is when the time matters to the
     millisecond (the wait's end, the holder's lease end), ``loose`` when the server's timer will
     do (the block cap, the waiter ahead counted dead)."""
     return max(MIN_BLOCK, min(tight, loose)), tight < loose
-
-
-def _ahead_ms(reply: Any) -> int:
-    """A queue join's ``ahead_ms``: until the first live waiter ahead is counted dead (0:
-    none)."""
-    return int(reply[3]) if len(reply) > 3 else 0
-
-
-def _joined_us(reply: Any) -> int:
-    """A queue join's time, by the server's clock in µs (0: an older version's reply)."""
-    return int(reply[4]) if len(reply) > 4 and reply[4] else 0
-
-
-def _until_it_matters(reply: Any) -> float:
-    """After a queue join's reply: a block lasts at most until the holder's lease ends (it may
-    have died without releasing), or the first live waiter ahead of us is counted dead, a
-    millisecond more."""
-    if int(reply[0]) != 0:
-        return math.inf
-    ends = [ms / 1000 + 0.001 for ms in (int(reply[1]), _ahead_ms(reply)) if ms > 0]
-    return min(ends, default=math.inf)
 
 
 def _result_instead(plan: AcquirePlan, granted: Acquired) -> Flow:

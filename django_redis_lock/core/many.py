@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .flows import REPLY_FLOOR, Acquired, AcquirePlan
+from .flows import REPLY_FLOOR, AcquirePlan
 from .release import release
+from .replies import Acquired
 from .requests import Eval, Flow
 
 __all__ = ["TakenInOrder", "take_in_order"]
