@@ -131,19 +131,6 @@ def _budget(remaining: float) -> float | None:
 def acquire(plan: AcquirePlan) -> Flow:
     """Returns :class:`Acquired`, :class:`NotAcquired` or :class:`Done`; raises
     :class:`Unconfirmed` when replicas did not confirm a grant (given back first)."""
-    outcome = yield from _first_answer(plan)
-    while (
-        isinstance(outcome, Acquired) and plan.clock() >= outcome.sent_at + outcome.lease_ms / 1000
-    ):
-        # We learnt of the grant only after the lease it gave had ended by our own clock (this
-        # process was paused, or the reply was that slow): the lock may be another's by now,
-        # and the work must not start on it. Ask again: join.lua (take.lua without a queue)
-        # finds the lease still ours, and lengthens it, or waits in line as any waiter does.
-        outcome = yield from (_wait_in_line(plan) if plan.queues else _poll(plan))
-    return outcome
-
-
-def _first_answer(plan: AcquirePlan) -> Flow:
     keys, token, clock = plan.keys, plan.token, plan.clock
     for stray, until in plan.strays:
         if not (yield from _leave(replace(plan, token=stray, strays=()))) and until > clock():
@@ -159,18 +146,38 @@ def _first_answer(plan: AcquirePlan) -> Flow:
             give_back=give_back(keys, token),
         )
         if reply is not None:
-            return Acquired(0, plan.lease_ms, sent_at, "")
+            granted = Acquired(0, plan.lease_ms, sent_at, "")
+            return granted if not _learnt_late(plan, granted) else (yield from _again(plan))
         if deadline <= clock() and plan.queues:  # who holds it, for the caller's error
             holder, pttl = yield Pipeline((("GET", keys.lease), ("PTTL", keys.lease)))
             for answer in (holder, pttl):
                 if isinstance(answer, BaseException):
                     raise answer
             return NotAcquired(holder, int(pttl))
+    outcome: Any = Waiting()
     if first == "take" or not plan.queues:
         outcome = yield from _poll(plan)
-        if not isinstance(outcome, Waiting):
+    if isinstance(outcome, Waiting):  # (held, and we may wait in line for it)
+        outcome = yield from _wait_in_line(plan)
+    return outcome if not _learnt_late(plan, outcome) else (yield from _again(plan))
+
+
+def _learnt_late(plan: AcquirePlan, outcome: Any) -> bool:
+    """A grant we learnt of only after the lease it gave had ended by our own clock (this
+    process was paused, or the reply was that slow): the lock may be another's by now, and the
+    work must not start on it."""
+    return (
+        isinstance(outcome, Acquired) and plan.clock() >= outcome.sent_at + outcome.lease_ms / 1000
+    )
+
+
+def _again(plan: AcquirePlan) -> Flow:
+    """Ask again after a grant learnt of too late: join.lua (take.lua without a queue) finds
+    the lease still ours, and lengthens it, or waits in line as any waiter does."""
+    while True:
+        outcome = yield from (_wait_in_line(plan) if plan.queues else _poll(plan))
+        if not _learnt_late(plan, outcome):
             return outcome
-    return (yield from _wait_in_line(plan))
 
 
 def _flags(plan: AcquirePlan) -> str:
