@@ -21,6 +21,7 @@ from typing import Any
 
 import redis
 
+from django_redis_lock.backends.server import SCRIPTS
 from django_redis_lock.scripts import Script, load_script
 
 __all__ = [
@@ -241,10 +242,8 @@ class SimulatedServer:
 def simulated_scripts(patch: Any = None) -> dict[str, Script]:
     """The engine's scripts on the simulated clock; ``patch(name, source) -> source`` changes
     a script's source first (a deliberate mutation, ``mutations.py``)."""
-    names = ("take", "take_many", "join", "release", "extend")
-    names += ("permit_acquire", "permit_release", "permit_extend")
     scripts: dict[str, Script] = {}
-    for name in names:
+    for name in SCRIPTS:  # the engine's, as the backends know them
         script = load_script(name, server_time=SIMULATED_CLOCK)
         if patch is not None:
             source = patch(name, script.source)

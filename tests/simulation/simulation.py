@@ -90,7 +90,7 @@ class Simulation:
     clients: list[Client] = field(default_factory=list)
     now_us: int = START_US
     steps: int = 0
-    trace: Trace = field(default_factory=Trace)
+    trace: Trace = field(default_factory=lambda: Trace(START_US))
     _ttl_ms: int = 0  # the simulated ms the keys' TTLs were last given at
     _snapshot: tuple[int, dict[str, tuple[bytes, int]]] | None = None
 

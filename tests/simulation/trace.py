@@ -8,9 +8,6 @@ from django_redis_lock.core.requests import Block, Command, Eval, Failover, Pipe
 
 __all__ = ["Trace", "describe"]
 
-# The simulated time is shown from the schedule's start.
-_START_US = 1_800_000_000_000_000
-
 
 def _short(value: Any, room: int = 60) -> str:
     if isinstance(value, bytes):
@@ -48,11 +45,14 @@ def describe(item: Any) -> str:
 
 
 class Trace:
-    def __init__(self) -> None:
+    """The lines of one schedule, its time shown from ``start_us`` (the schedule's start)."""
+
+    def __init__(self, start_us: int) -> None:
+        self.start_us = start_us
         self.lines: list[str] = []
 
     def add(self, now_us: int, who: str, what: str, outcome: str = "") -> None:
-        at = (now_us - _START_US) / 1000
+        at = (now_us - self.start_us) / 1000
         line = f"{at:>10.3f} ms  {who:<4} {what}"
         self.lines.append(f"{line}  ->  {outcome}" if outcome else line)
 
