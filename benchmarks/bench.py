@@ -167,7 +167,7 @@ class Handle:
 
 def make_ours_default(url: str, name: str, lease: float, wait: float) -> Handle:
     from django_redis_lock import Lock
-    from django_redis_lock.keys import lock_keys
+    from django_redis_lock.primitives.keys import lock_keys
 
     # The lease comes from DJANGO_REDIS_LOCK_TIMEOUT and is renewed in the background; the
     # ``lease`` argument only matters through that setting (see configure_django).
@@ -177,7 +177,7 @@ def make_ours_default(url: str, name: str, lease: float, wait: float) -> Handle:
 
 def make_ours_fixed(url: str, name: str, lease: float, wait: float) -> Handle:
     from django_redis_lock import Lock
-    from django_redis_lock.keys import lock_keys
+    from django_redis_lock.primitives.keys import lock_keys
 
     lock = Lock(name, timeout=lease, wait=wait)
     return Handle(lock.acquire, lock.release, lock_keys(name, "default").lease)

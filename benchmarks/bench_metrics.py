@@ -167,8 +167,9 @@ def hook_costs(params: Params, multiprocess: bool = False) -> dict[str, dict[str
     cycle calls (``reports.acquired``, ``reports.released``) on a real ``Lock``, in loops of
     ``hook_pairs``, ``hook_repeats`` times per variant in rotation. Each variant's median CPU per
     pair over off's, and the ``settle()`` after each loop, per pair, in µs."""
-    from django_redis_lock import Lock, reports
+    from django_redis_lock import Lock
     from django_redis_lock.metrics import hub
+    from django_redis_lock.primitives import reports
 
     variants = _sinks(multiprocess)
     lock = Lock("bench:metrics:hooks")
@@ -264,9 +265,9 @@ def scrape(url: str, params: Params) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from django_redis_lock import Lock
-    from django_redis_lock.keys import namespace
     from django_redis_lock.metrics.prometheus import CensusCollector
-    from django_redis_lock.registry import glob_escape
+    from django_redis_lock.primitives.keys import namespace
+    from django_redis_lock.registry.locks import glob_escape
 
     client = redis.Redis.from_url(url)
     pipe = client.pipeline(transaction=False)

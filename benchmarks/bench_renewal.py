@@ -114,7 +114,7 @@ def _released_on_error(release: Callable[[], None]) -> Iterator[None]:
 
 def hold_ours(url: str, names: Sequence[str], lease: float) -> Held:
     from django_redis_lock import Lock
-    from django_redis_lock.keys import lock_keys
+    from django_redis_lock.primitives.keys import lock_keys
 
     locks = [Lock(name, timeout=lease, auto_renew=True) for name in names]
 

@@ -237,8 +237,8 @@ def _scripts_floor(mode: str) -> Callable[[dict[str, Any], str], Callable[[], No
     its top): if they change, this row shows an error instead of a number."""
 
     def build(urls: dict[str, Any], name: str) -> Callable[[], None]:
-        from django_redis_lock.keys import lock_keys
-        from django_redis_lock.scripts import RELEASE, TAKE
+        from django_redis_lock.backends.scripts import RELEASE, TAKE
+        from django_redis_lock.primitives.keys import lock_keys
 
         connections = _connections(urls["quorum"] if mode == "quorum" else [urls["single"]])
         keys = lock_keys(name, ALIAS[mode])

@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["BENCH_REDIS_URL"] = locks.url
         import redis
 
-        from django_redis_lock.commands import execute
+        from django_redis_lock.backends.wire import execute
 
         client = redis.Redis.from_url(locks.url)
         pings = []

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         from django.test import RequestFactory
 
         from django_redis_lock import get_redis_client, prevent_double_submit
-        from django_redis_lock.commands import execute
+        from django_redis_lock.backends.wire import execute
 
         def view(request):
             # A form view reads what was posted; the decorator's fingerprint reads it first

@@ -3,10 +3,7 @@
 The public API is re-exported here; import from ``django_redis_lock``, not its modules.
 """
 
-from .cache import get_or_set_locked
-from .connection import aclose_async_redis_clients, get_async_redis_client, get_redis_client
-from .decorators import lock, locked_method
-from .double_submit import prevent_double_submit
+from .backends.clients import aclose_async_redis_clients, get_async_redis_client, get_redis_client
 from .exceptions import (
     DuplicateTask,
     LockBackendError,
@@ -15,13 +12,18 @@ from .exceptions import (
     LockNotAcquired,
     LockNotOwned,
 )
-from .fencing import fenced_update
-from .groups import LockGroup, lock_many
-from .locks import Claim, Lock
+from .guards.cache import get_or_set_locked
+from .guards.decorators import lock, locked_method
+from .guards.double_submit import prevent_double_submit
+from .guards.fencing import fenced_update
+from .guards.once import run_once
+from .guards.single import single_instance
+from .guards.submissions import ALL, UNSAFE, DuplicateSubmission
 from .management.base import AlreadyRunning, SingleInstanceCommand, SingleInstanceMixin
 from .mixins import LockableModelMixin
-from .once import run_once
-from .semaphores import Semaphore, semaphore
+from .primitives.group import LockGroup, lock_many
+from .primitives.lock import Claim, Lock
+from .primitives.semaphore import Semaphore, semaphore
 from .signals import (
     lock_acquired,
     lock_contended,
@@ -31,8 +33,6 @@ from .signals import (
     run_skipped,
     task_duplicate_found,
 )
-from .single import single_instance
-from .submissions import ALL, UNSAFE, DuplicateSubmission
 
 __version__ = "0.1.0.dev0"
 

@@ -2,7 +2,7 @@
 
 An unmanaged model (``models.HeldLock``, no table) gives the page its place on the admin index and
 its permissions: ``view_heldlock`` to see it, ``release_lock`` to force-release. The list is never
-read from the database: ``changelist_view`` pages through ``registry.page()``. A release goes
+read from the database: ``changelist_view`` pages through ``lock_registry.page()``. A release goes
 through a confirmation page, is a POST (CSRF-protected), deletes a lock only if it still has
 the token that was shown, and leaves an admin ``LogEntry``. A semaphore's page lists its
 holders (``semaphore_registry.py``); one permit is force-released the same way.
@@ -29,11 +29,13 @@ from django.urls import URLPattern, path, reverse
 from redis.exceptions import RedisError
 
 from . import admin_display as display
-from . import census, registry, semaphore_registry
 from .conf import lock_settings
 from .exceptions import LockBackendError
-from .keys import lock_keys
 from .models import HeldLock
+from .primitives.keys import lock_keys
+from .registry import census
+from .registry import locks as lock_registry
+from .registry import semaphores as semaphore_registry
 
 RELEASE_PERMISSION = "django_redis_lock.release_lock"
 _TEMPLATES = "admin/django_redis_lock/heldlock/"
@@ -103,7 +105,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         scanned = 0
         unreachable: list[str] = []
         try:
-            items, next_cursor, scanned = registry.scan_page(
+            items, next_cursor, scanned = lock_registry.scan_page(
                 cursor, lock_settings.ADMIN_PAGE_SIZE, match=query or None, unreachable=unreachable
             )
         except ValueError:  # a cursor from another list: start over
@@ -113,7 +115,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             items, next_cursor = [], None
             error = f"Redis could not be reached: {exc}"
         if error is None:
-            for warning in registry.eviction_warnings():
+            for warning in lock_registry.eviction_warnings():
                 self.message_user(request, warning, messages.WARNING)
         if unreachable:
             self.message_user(
@@ -287,10 +289,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return HttpResponseRedirect(back)
 
     @staticmethod
-    def _read(name: str) -> tuple[registry.LockInfo | None, str | None]:
+    def _read(name: str) -> tuple[lock_registry.LockInfo | None, str | None]:
         """The lock ``name`` as Redis has it now, or why it could not be read."""
         try:
-            return registry.get_lock(name), None
+            return lock_registry.get_lock(name), None
         except (RedisError, LockBackendError) as exc:
             return None, f"Redis could not be reached: {exc}"
 
@@ -320,7 +322,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         content_type = ContentType.objects.get_for_model(HeldLock, for_concrete_model=False)
         for name, token in chosen:
             try:
-                released = registry.force_release(name, token, by=request.user.get_username())
+                released = lock_registry.force_release(name, token, by=request.user.get_username())
             except ValueError as exc:  # not a lock: nothing was deleted
                 messages.error(request, str(exc))
                 continue

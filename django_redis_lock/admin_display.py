@@ -11,9 +11,9 @@ from urllib.parse import urlencode
 
 from django.http import HttpRequest
 
-from .census import Entry
-from .durations import readable
-from .records import LockInfo
+from .core.durations import readable
+from .registry.census import Entry
+from .registry.records import LockInfo
 
 __all__ = ["LIST_ORDERS", "age", "duration", "entry_rows", "query_string", "refresh_seconds"]
 

@@ -31,8 +31,8 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error
 from django.core.checks import Warning as CheckWarning
 
+from .backends.clients import CacheBackend, UnsupportedCache, cache_backend
 from .conf import PREFIX, SETTINGS, InvalidSetting, lock_settings
-from .connection import CacheBackend, UnsupportedCache, cache_backend
 
 __all__ = ["check_cache", "check_settings", "check_socket_timeout"]
 

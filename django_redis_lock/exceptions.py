@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from .durations import readable
+from .core.durations import readable
 
 __all__ = [
     "DuplicateTask",

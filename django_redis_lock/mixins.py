@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 from django.db import router, transaction
 
 from .exceptions import LockBackendError, LockNotOwned
-from .groups import GROUP_OPTIONS, LockGroup, lock_many
 from .hints import check_names
-from .locks import LOCK_OPTIONS, Lock
+from .primitives.group import GROUP_OPTIONS, LockGroup, lock_many
+from .primitives.lock import LOCK_OPTIONS, Lock
 
 __all__ = ["LockableModelMixin", "PreventDoubleSubmitMixin", "release_after_transaction"]
 
@@ -160,7 +160,7 @@ class PreventDoubleSubmitMixin:
 
     @classmethod
     def _guard_dispatch(cls) -> Callable[..., Any]:
-        from .double_submit import prevent_double_submit
+        from .guards.double_submit import prevent_double_submit
 
         options = {"group": f"{cls.__module__}.{cls.__qualname__}", **cls.double_submit}
 

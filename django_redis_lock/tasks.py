@@ -42,12 +42,12 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from . import jobs, registry
-from . import task_framework as framework
+from . import registry
 from . import task_guards as guards
 from .conf import lock_settings
 from .exceptions import LockBackendError
 from .hints import hinted
+from .task_guards import framework, reservations
 
 # Django 6.0+ has django.tasks; before it, the django-tasks backport has the same API (typed
 # here as Django's). Without either, stand-ins that refuse to be used (task_framework.py).
@@ -62,7 +62,7 @@ elif framework.MODULE == "django_tasks":
     from django_tasks.base import Task, TaskContext, TaskResult
     from django_tasks.exceptions import TaskResultDoesNotExist
 else:
-    from .task_framework import (
+    from .task_guards.framework import (
         BaseTaskBackend,
         Task,
         TaskContext,
@@ -274,7 +274,7 @@ class GuardedBackend(BaseTaskBackend):
             return self.inner.enqueue(task, args, kwargs)
         names = policy.names(args, kwargs)
         assert names.queue is not None
-        pending = jobs.pending_job_id()
+        pending = reservations.pending_job_id()
         ttl = policy.queued_ttl(_delay(task))
         try:
             duplicate = self._admit(policy, names.queue, pending, ttl)
@@ -288,10 +288,10 @@ class GuardedBackend(BaseTaskBackend):
         try:
             result: TaskResult[Any, T] = self.inner.enqueue(task, args, kwargs)
         except BaseException:
-            jobs.cancel(names.queue, pending, using=policy.using)
+            reservations.cancel(names.queue, pending, using=policy.using)
             raise
         try:  # the reservation takes the task's id (unless its run took it over already)
-            jobs.rename(
+            reservations.rename(
                 names.queue, pending, str(result.id), ttl=ttl, label=policy.label,
                 guard=policy.mode, using=policy.using, group=policy.group,
             )  # fmt: skip
@@ -316,7 +316,7 @@ class GuardedBackend(BaseTaskBackend):
         if duplicate is None:
             return None
         task_id = duplicate.task_id
-        if task_id and task_id.startswith(jobs.PENDING_JOB):
+        if task_id and task_id.startswith(reservations.PENDING_JOB):
             return _renamed(duplicate, policy)
         if not (duplicate.queued and task_id and self.supports_get_result):
             return duplicate
@@ -324,7 +324,7 @@ class GuardedBackend(BaseTaskBackend):
             return duplicate
         logger.info("Task %s: %s kept %r for a task that does not exist; passed over",
                     policy.task, task_id, name)  # fmt: skip
-        jobs.cancel(name, task_id, using=policy.using)
+        reservations.cancel(name, task_id, using=policy.using)
         return guards.admit(policy, names, pending, ttl=ttl)
 
     def _exists(self, result_id: str) -> bool:
@@ -339,7 +339,7 @@ class GuardedBackend(BaseTaskBackend):
         duplicate: guards.Duplicate,
     ) -> TaskResult[Any, T] | None:  # fmt: skip
         answerable = self.supports_get_result and not (duplicate.task_id or "").startswith(
-            jobs.PENDING_JOB
+            reservations.PENDING_JOB
         )
         action = guards.decide(policy, duplicate, sender=GuardedBackend, task_id=None,
                                phase="enqueue", answerable=answerable)  # fmt: skip
@@ -361,7 +361,7 @@ def _renamed(duplicate: guards.Duplicate, policy: guards.TaskGuard) -> guards.Du
     while time.monotonic() < deadline:
         time.sleep(0.01)
         holder = registry.get_lock(duplicate.name, using=policy.using)
-        if holder is None or not (holder.job_id or "").startswith(jobs.PENDING_JOB):
+        if holder is None or not (holder.job_id or "").startswith(reservations.PENDING_JOB):
             return guards.Duplicate.of_holder(duplicate.name, holder)
     return duplicate
 

@@ -14,7 +14,7 @@ from typing import Any, cast
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from . import durations
+from .core import durations
 
 __all__ = [
     "InvalidSetting",
@@ -130,7 +130,7 @@ def integer(
 
 
 def quorums(setting: str, value: Any) -> dict[str, tuple[str, ...]]:
-    from .quorum import members  # the same rule as Lock(using=[...])
+    from .backends.quorum import members  # the same rule as Lock(using=[...])
 
     if not isinstance(value, dict):
         raise InvalidSetting(

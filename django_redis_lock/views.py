@@ -7,8 +7,8 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 
-from .negotiation import wants_json
-from .submissions import DuplicateSubmission
+from .guards.negotiation import wants_json
+from .guards.submissions import DuplicateSubmission
 
 __all__ = ["duplicate_submission"]
 

@@ -11,7 +11,8 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.test import Client
 
-from django_redis_lock import Lock, LockNotOwned, registry
+from django_redis_lock import Lock, LockNotOwned
+from django_redis_lock.registry import locks as lock_registry
 from tests.helpers import staff, wait_until
 
 CHANGELIST = "/admin/django_redis_lock/heldlock/"
@@ -96,7 +97,7 @@ def test_detail_is_readable(viewer):
     waiting = threading.Thread(target=lambda: waiter.acquire() and waiter.release())
     waiting.start()
     try:
-        wait_until(lambda: registry.waiting("detailed") == 1, timeout=10)
+        wait_until(lambda: lock_registry.waiting("detailed") == 1, timeout=10)
         page = viewer.get(DETAIL, {"name": "detailed"}).content.decode()
     finally:
         held.release()
@@ -282,10 +283,10 @@ def test_an_evicting_redis_is_named_above_the_list(viewer, settings, redis_serve
 
 
 def test_task_guards_locks_show_their_task_and_guard(viewer):
-    from django_redis_lock import jobs
+    from django_redis_lock.task_guards import reservations
 
     queued_id, running_id = "4f1c2b9e-queued", "8a0d7c3f-running"
-    assert jobs.reserve(
+    assert reservations.reserve(
         "task:shop.tasks.sync_customer:42", queued_id, ttl=600,
         label="Celery task", guard="until_executed",
     ).reserved  # fmt: skip

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from django_redis_lock import Lock, jobs
+from django_redis_lock import Lock
+from django_redis_lock.task_guards import reservations
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -81,7 +82,7 @@ def test_operator_releases_a_stuck_lock_in_the_browser(open_locks_page, tmp_path
     # A Celery task guard's: one task queued (its key kept for it), one running.
     task = "Celery task"
     queued = "5b0c6e1a-7d2f-4c8e-9a31-2f64b8d0c9e7"
-    jobs.reserve("task:shop.tasks.sync_customer:42", queued, ttl=3600, label=task,
+    reservations.reserve("task:shop.tasks.sync_customer:42", queued, ttl=3600, label=task,
                  guard="until_executed")  # fmt: skip
     running = "c41e9f02-3b6a-4d7e-8f15-6a2d9b7e0c58"
     others.append(Lock("task:shop.tasks.sync_customer:7", timeout=60, label=task,
@@ -222,7 +223,7 @@ def test_operator_finds_the_hot_locks_in_the_browser(open_locks_page, tmp_path, 
     import threading
 
     from django_redis_lock import Semaphore
-    from django_redis_lock.keys import lock_keys
+    from django_redis_lock.primitives.keys import lock_keys
     from tests.helpers import start_queued
 
     held = [Lock(f"orders:sync:{n}", timeout=120, label="sync order") for n in (11, 12)]

@@ -11,7 +11,7 @@ import redis.asyncio
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import Lock, aclose_async_redis_clients, get_async_redis_client
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.primitives.keys import lock_keys
 from tests import factories
 
 # django-redis keeps connection pools per URL for the whole process: a service name per test.

@@ -9,7 +9,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from django_redis_lock import Lock, LockBackendError, LockLost, get_redis_client, registry
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.primitives.keys import lock_keys
 from tests import factories
 
 
@@ -101,7 +101,7 @@ def test_replica_confirmation_goes_to_the_primary_of_the_slot(on_cluster, settin
 
 def test_semaphore_on_a_cluster(on_cluster, settings):
     from django_redis_lock import Semaphore
-    from django_redis_lock.keys import permit_keys
+    from django_redis_lock.primitives.keys import permit_keys
 
     keys = permit_keys("cluster:renders", "default")
     slots = {

@@ -32,7 +32,7 @@ from redis.exceptions import ResponseError
 from redis.retry import Retry
 
 from django_redis_lock import Lock, LockBackendError, LockError, LockNotOwned, get_redis_client
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.primitives.keys import lock_keys
 from embedded_redis import EmbeddedRedis, start_cluster_node
 
 T = TypeVar("T")

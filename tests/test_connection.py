@@ -3,7 +3,7 @@ import redis
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import get_redis_client
-from django_redis_lock.connection import CacheBackend, UnsupportedCache, cache_backend
+from django_redis_lock.backends.clients import CacheBackend, UnsupportedCache, cache_backend
 from tests import factories
 from tests.conftest import django_redis_caches
 

@@ -17,11 +17,11 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry
 
 from django_redis_lock import Lock, Semaphore, admin, lock, prevent_double_submit
-from django_redis_lock.census import GroupFigures, take_census
-from django_redis_lock.keys import lock_keys, permit_keys
 from django_redis_lock.metrics.opentelemetry import observe_census
 from django_redis_lock.metrics.prometheus import CensusCollector
-from django_redis_lock.registry import get_lock
+from django_redis_lock.primitives.keys import lock_keys, permit_keys
+from django_redis_lock.registry.census import GroupFigures, take_census
+from django_redis_lock.registry.locks import get_lock
 from tests.helpers import staff, start_queued
 
 CHANGELIST = "/admin/django_redis_lock/heldlock/"

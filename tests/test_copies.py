@@ -12,7 +12,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from django_redis_lock import Lock, LockNotOwned
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.primitives.keys import lock_keys
 from tests import workers
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -66,7 +66,7 @@ def test_an_unheld_lock_pickles_with_its_quorum_members():
 def test_a_forked_child_never_draws_its_parents_tokens():
     """Tokens come from a buffer of random bytes: a child must not inherit it, or its next
     token would be its parent's next one (two holders with one token)."""
-    from django_redis_lock import holds
+    from django_redis_lock.primitives import holds
 
     holds.new_token()  # the parent has random bytes in store now
     read, write = os.pipe()

@@ -4,7 +4,7 @@ import threading
 import pytest
 
 from django_redis_lock import Lock, LockNotAcquired, lock
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.primitives.keys import lock_keys
 
 
 def held_names(redis_client):

@@ -206,7 +206,7 @@ names = [m.name for m in pkgutil.walk_packages(django_redis_lock.__path__, "djan
 for name in names:
     importlib.import_module(name)
 from django.http import HttpResponse
-from django_redis_lock import drf
+from django_redis_lock.guards import drf
 assert not drf.is_request(object()) and not drf.unfinalized(HttpResponse())
 print(len(names), "rest_framework" in sys.modules and sys.modules["rest_framework"] is not None)
 """

@@ -21,10 +21,10 @@ from django_redis_lock import (
     registry,
     run_once,
 )
+from django_redis_lock.backends.scripts import EXTEND, JOIN, RELEASE, TAKE
+from django_redis_lock.core.durations import MAX_SECONDS, milliseconds, seconds
 from django_redis_lock.core.lease import OwnerRecord, encode_lease
-from django_redis_lock.durations import MAX_SECONDS, milliseconds, seconds
-from django_redis_lock.keys import lock_keys
-from django_redis_lock.scripts import EXTEND, JOIN, RELEASE, TAKE
+from django_redis_lock.primitives.keys import lock_keys
 from tests.conftest import django_redis_caches
 from tests.helpers import keys_without_ttl
 

@@ -21,14 +21,14 @@ import pytest
 
 from django_redis_lock import Lock, lock_contended, run_once
 from django_redis_lock.backends import backend_of
+from django_redis_lock.backends.scripts import JOIN, PERMIT_ACQUIRE, RELEASE, TAKE
 from django_redis_lock.backends.server import ServerBackend
 from django_redis_lock.core import flows
 from django_redis_lock.core.lease import OwnerRecord
 from django_redis_lock.core.permits import PermitKeys
 from django_redis_lock.core.requests import Block, Eval, Pipeline
-from django_redis_lock.holds import Strays
-from django_redis_lock.keys import lock_keys
-from django_redis_lock.scripts import JOIN, PERMIT_ACQUIRE, RELEASE, TAKE
+from django_redis_lock.primitives.holds import Strays
+from django_redis_lock.primitives.keys import lock_keys
 from tests import workers
 from tests.helpers import wait_until
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from django_redis_lock import Lock, registry
-from django_redis_lock.keys import lock_keys, namespace
+from django_redis_lock.primitives.keys import lock_keys, namespace
 from tests.conftest import django_redis_caches
 
 
@@ -74,7 +74,7 @@ def test_any_name_locks_and_unlocks(redis_client, name):
 def test_owner_tokens_never_start_with_a_dash():
     """A token is typed on command lines (``redis_locks release-permit NAME TOKEN``), where a
     leading ``-`` reads as an option: 1 token in 64 would be refused."""
-    from django_redis_lock import holds
+    from django_redis_lock.primitives import holds
 
     tokens = [holds.new_token() for _ in range(5000)]
     assert not [token for token in tokens if token.startswith("-")]

@@ -26,8 +26,8 @@ from django_redis_lock import (
     lock_lost,
     lock_released,
 )
-from django_redis_lock.keys import lock_keys
-from django_redis_lock.scripts import RELEASE
+from django_redis_lock.backends.scripts import RELEASE
+from django_redis_lock.primitives.keys import lock_keys
 from tests import workers
 from tests.conftest import django_redis_caches
 from tests.helpers import read_lease, wait_until

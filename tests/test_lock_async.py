@@ -9,7 +9,7 @@ import time
 import pytest
 
 from django_redis_lock import Lock, LockNotAcquired, LockNotOwned
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.primitives.keys import lock_keys
 from tests.helpers import run_async as run
 
 

@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
-from django_redis_lock import Lock, waits
+from django_redis_lock import Lock
+from django_redis_lock.backends import waits
 from tests import workers
 
 SPAWN = multiprocessing.get_context("spawn")

@@ -20,7 +20,7 @@ from django_redis_lock import (
     LockNotOwned,
     lock_many,
 )
-from django_redis_lock.keys import hash_tag, lock_keys
+from django_redis_lock.primitives.keys import hash_tag, lock_keys
 from tests.helpers import lease_token, run_async, wait_until
 from tests.testapp.models import Account
 
@@ -181,7 +181,7 @@ def test_names_with_one_hash_tag_share_a_slot():
 
 
 def test_tagged_names_are_listed_and_matched(redis_client):
-    from django_redis_lock.registry import iter_locks
+    from django_redis_lock.registry.locks import iter_locks
 
     with lock_many(["account:{bank-1}:1", "account:{bank-1}:2", "plain:bank-1"]):
         assert sorted(info.name for info in iter_locks()) == [

@@ -12,10 +12,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import REGISTRY
 
 from django_redis_lock import Lock, LockBackendError, Semaphore, lock_contended
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.core.labels import group_of, reason_kind
 from django_redis_lock.metrics import hub
-from django_redis_lock.metrics.labels import group_of, reason_kind
 from django_redis_lock.metrics.opentelemetry import OpenTelemetrySink
+from django_redis_lock.primitives.keys import lock_keys
 from tests.helpers import wait_until
 
 

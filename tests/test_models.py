@@ -9,7 +9,7 @@ import pytest
 from django.db import connection, transaction
 
 from django_redis_lock import Lock, LockLost, LockNotAcquired, fenced_update, locked_method
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.primitives.keys import lock_keys
 from tests import workers
 from tests.testapp.models import Account
 

@@ -29,7 +29,7 @@ from django_redis_lock import (
     run_once,
     signals,
 )
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.primitives.keys import lock_keys
 from tests import workers
 from tests.conftest import django_redis_caches
 from tests.helpers import lease_token, plant_lease

@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from django_redis_lock import DuplicateTask, Lock, LockNotAcquired
 from django_redis_lock.admin_display import duration, entry_rows
-from django_redis_lock.census import Census, Entry
-from django_redis_lock.commands import no_reply
+from django_redis_lock.backends.wire import no_reply
+from django_redis_lock.core.durations import MAX_SECONDS, readable
 from django_redis_lock.core.release import Unconfirmed
-from django_redis_lock.durations import MAX_SECONDS, readable
 from django_redis_lock.management import lines
-from django_redis_lock.reports import backend_error
+from django_redis_lock.primitives.reports import backend_error
+from django_redis_lock.registry.census import Census, Entry
 
 DAY = 24 * 3600
 

@@ -15,8 +15,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_redis_lock import Lock, LockLost, lock_force_released, registry
-from django_redis_lock.commands import execute_many
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.backends.wire import execute_many
+from django_redis_lock.primitives.keys import lock_keys
 from tests.conftest import django_redis_caches
 from tests.helpers import free_port
 

@@ -22,9 +22,9 @@ from django_redis_lock import (
     lock_lost,
     renewal,
 )
-from django_redis_lock.durations import clock_allowance
-from django_redis_lock.keys import lock_keys
-from django_redis_lock.renewal import renewer
+from django_redis_lock.core.durations import clock_allowance
+from django_redis_lock.primitives.keys import lock_keys
+from django_redis_lock.primitives.renewal import renewer
 from tests import workers
 from tests.conftest import django_redis_caches
 from tests.helpers import wait_until

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from django_redis_lock.core.durations import clock_allowance
 from django_redis_lock.core.schedule import RETRY_INTERVAL, RenewedLease, Schedule
-from django_redis_lock.durations import clock_allowance
 
 ONE, OTHER = object(), object()  # two Redis clients
 

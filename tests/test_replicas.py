@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from django_redis_lock import Lock, LockBackendError, aclose_async_redis_clients
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.primitives.keys import lock_keys
 from tests.conftest import django_redis_caches
 
 

@@ -5,8 +5,8 @@ import redis
 from redis.connection import Connection
 
 from django_redis_lock import Lock
-from django_redis_lock.commands import execute, execute_many, pack
-from django_redis_lock.scripts import EXTEND
+from django_redis_lock.backends.scripts import EXTEND
+from django_redis_lock.backends.wire import execute, execute_many, pack
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from django_redis_lock import (
     lock_released,
 )
 from django_redis_lock.core.lease import decode_lease
-from django_redis_lock.keys import permit_keys
+from django_redis_lock.primitives.keys import permit_keys
 from tests.helpers import keys_without_ttl, run_async, start_queued, wait_until
 
 

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.admin.models import LogEntry
 
 from django_redis_lock import LockLost, Semaphore, lock_force_released
-from django_redis_lock.keys import permit_keys
-from django_redis_lock.semaphore_registry import (
+from django_redis_lock.primitives.keys import permit_keys
+from django_redis_lock.registry.semaphores import (
     force_release_permit,
     get_semaphore,
     iter_semaphores,

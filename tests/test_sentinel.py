@@ -24,7 +24,7 @@ import redis
 from redis.sentinel import Sentinel
 
 from django_redis_lock import Lock, LockBackendError, LockNotOwned, get_redis_client, lock_lost
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.primitives.keys import lock_keys
 
 # django-redis keeps connection pools per URL for the whole process: each test's Sentinel
 # setup gets a service name of its own, so that no test reuses an earlier test's pool.
@@ -431,7 +431,7 @@ def test_renewals_follow_the_new_primary_before_the_old_one_is_demoted(settings,
 
 def test_semaphore_through_sentinel_with_replica_confirmation(settings, sentinel_setup):
     from django_redis_lock import Semaphore
-    from django_redis_lock.keys import permit_keys
+    from django_redis_lock.primitives.keys import permit_keys
 
     primary, _, _, _ = sentinel_setup
     settings.DJANGO_REDIS_LOCK_MIN_REPLICAS = 1

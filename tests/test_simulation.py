@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from django_redis_lock.backends import backend_of
 from django_redis_lock.core import flows
 from django_redis_lock.core.lease import OwnerRecord
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.primitives.keys import lock_keys
 from tests.simulation import (
     FAULTS_ON,
     WORKLOADS,

@@ -183,11 +183,11 @@ def test_a_retry_runs_again(task):
 def test_a_supervisor_frees_only_what_the_call_it_saw_end_had(redis_client):
     """A copy of a job (same id) may run elsewhere: a message dropped before it ran frees its
     reservation only, and a lost process only a hold of a dead process of this machine."""
-    from django_redis_lock import Lock, jobs
+    from django_redis_lock import Lock
     from django_redis_lock.core.lease import OwnerRecord, encode_lease
-    from django_redis_lock.holds import HOST
-    from django_redis_lock.keys import lock_keys
-    from django_redis_lock.task_guards import GuardNames, release_after
+    from django_redis_lock.primitives.holds import HOST
+    from django_redis_lock.primitives.keys import lock_keys
+    from django_redis_lock.task_guards import GuardNames, release_after, reservations
 
     guard = TaskGuard("t", lambda: None, label="")
     names = GuardNames("task:t", "task:t")
@@ -197,7 +197,7 @@ def test_a_supervisor_frees_only_what_the_call_it_saw_end_had(redis_client):
     release_after(guard, names, "job-a", "lost", ran="dead here")
     assert running.owned()
     running.release()
-    assert jobs.reserve("task:t", "job-a", ttl=60).reserved
+    assert reservations.reserve("task:t", "job-a", ttl=60).reserved
     release_after(guard, names, "job-a", "revoked", ran="nowhere")
     assert registry.get_lock("task:t") is None
     # A hold of a process of this machine that is gone: freed.

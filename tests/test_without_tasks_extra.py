@@ -63,7 +63,7 @@ def test_the_backport_is_hidden_and_our_tasks_module_imports():
             backport = "imported"
         except ModuleNotFoundError as error:
             backport = str(error)
-        from django_redis_lock import task_framework
+        from django_redis_lock.task_guards import framework as task_framework
         from django_redis_lock.tasks import GuardedBackend, guard_of, guarded
         print(json.dumps({
             "backport": backport,

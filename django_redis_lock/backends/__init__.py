@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .choice import async_backend_for, backend_for, backend_of
 from .cluster import AsyncClusterBackend, ClusterBackend
-from .quorum import AsyncQuorumBackend, QuorumBackend
+from .quorum.backend import AsyncQuorumBackend, QuorumBackend
 from .server import AsyncServerBackend, Backend, ServerBackend
 
 __all__ = [

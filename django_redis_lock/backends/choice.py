@@ -12,10 +12,10 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from ..conf import PREFIX
-from ..connection import LockAlias, lock_client
-from ..quorum import AsyncQuorumClient, QuorumClient
+from .clients import LockAlias, lock_client
 from .cluster import AsyncClusterBackend, ClusterBackend
-from .quorum import AsyncQuorumBackend, QuorumBackend
+from .quorum import AsyncQuorumClient, QuorumClient
+from .quorum.backend import AsyncQuorumBackend, QuorumBackend
 from .server import AsyncServerBackend, Backend, ServerBackend
 
 __all__ = ["async_backend_for", "backend_for", "backend_of"]

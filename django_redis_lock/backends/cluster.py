@@ -14,7 +14,11 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from ..commands import (
+from ..core.requests import Block, Eval, Request
+from .scripts import Script
+from .server import AsyncServerBackend, ServerBackend, one_by_one, shortened
+from .waits import await_wake_on_cluster, wait_for_wake
+from .wire import (
     aexecute_on_cluster,
     drop_stale_connections,
     execute_on_cluster,
@@ -22,10 +26,6 @@ from ..commands import (
     redirected,
     reread_slot_map,
 )
-from ..core.requests import Block, Eval, Request
-from ..scripts import Script
-from ..waits import await_wake_on_cluster, wait_for_wake
-from .server import AsyncServerBackend, ServerBackend, one_by_one, shortened
 
 __all__ = ["AsyncClusterBackend", "ClusterBackend", "one_slot"]
 

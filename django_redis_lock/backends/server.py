@@ -16,17 +16,8 @@ from typing import Any
 from redis.exceptions import ClusterError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..commands import (
-    adrop_stale_connections,
-    aexecute,
-    aexecute_many,
-    drop_stale_connections,
-    execute,
-    execute_many,
-    follow_sentinel,
-)
 from ..core.requests import Block, Command, Eval, Failover, Pipeline, Request
-from ..scripts import (
+from .scripts import (
     EXTEND,
     JOIN,
     PERMIT_ACQUIRE,
@@ -37,7 +28,16 @@ from ..scripts import (
     TAKE_MANY,
     Script,
 )
-from ..waits import arun_then_wait, await_wake, run_then_wait, wait_for_wake
+from .waits import arun_then_wait, await_wake, run_then_wait, wait_for_wake
+from .wire import (
+    adrop_stale_connections,
+    aexecute,
+    aexecute_many,
+    drop_stale_connections,
+    execute,
+    execute_many,
+    follow_sentinel,
+)
 
 __all__ = [
     "SCRIPTS",

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..durations import clock_allowance, readable
+from .durations import clock_allowance, readable
 
 __all__ = ["RETRY_INTERVAL", "Renewal", "RenewedLease", "Schedule"]
 

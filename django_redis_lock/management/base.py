@@ -31,10 +31,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from .. import durations
 from ..conf import lock_settings
+from ..core import durations
 from ..exceptions import LockBackendError, LockNotAcquired, LockNotOwned
-from ..locks import Lock
+from ..primitives.lock import Lock
 from ..signals import lock_lost
 
 __all__ = ["AlreadyRunning", "SingleInstanceCommand", "SingleInstanceMixin"]

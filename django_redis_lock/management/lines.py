@@ -12,10 +12,10 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from .. import semaphore_registry
-from ..census import Census, Entry
-from ..durations import readable
-from ..records import LockInfo
+from ..core.durations import readable
+from ..registry import semaphores as semaphore_registry
+from ..registry.census import Census, Entry
+from ..registry.records import LockInfo
 
 
 def age(info: LockInfo) -> str:

@@ -14,7 +14,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from ..conf import PREFIX, InvalidSetting, lock_settings
-from .labels import bounded, reason_kind
+from ..core.labels import bounded, reason_kind
 
 __all__ = ["Sink", "add", "configure", "contended", "held", "lost", "remove", "sinks", "waited"]
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from ..census import DEFAULT_MAX_KEYS, Census, take_census
+from ..registry.census import DEFAULT_MAX_KEYS, Census, take_census
 from .buffer import CONTENDED, LOST, TIMED_OUT, WAITED, BufferedSink
 
 __all__ = ["OpenTelemetrySink", "default_sink", "observe_census"]

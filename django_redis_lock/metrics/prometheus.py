@@ -39,7 +39,7 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 from redis.exceptions import RedisError
 
-from ..census import DEFAULT_MAX_KEYS, take_census
+from ..registry.census import DEFAULT_MAX_KEYS, take_census
 from .buffer import CONTENDED, LOST, TIMED_OUT
 from .histograms import (
     CONTENTION,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..exceptions import DuplicateTask, LockNotAcquired
-from ..records import LockInfo
+from ..registry.records import LockInfo
 from ..signals import task_duplicate_found
 from .policy import RAISE, RESCHEDULE, RETURN_EXISTING, SKIP, TaskGuard
 

@@ -28,10 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import durations
 from ..conf import lock_settings
-from ..decorators import name_maker
-from ..locks import Lock
+from ..core import durations
+from ..guards.decorators import name_maker
+from ..primitives.lock import Lock
 
 __all__ = [
     "MODES",

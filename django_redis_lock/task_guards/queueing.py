@@ -8,8 +8,10 @@ import logging
 
 from redis.exceptions import RedisError
 
-from .. import holds, jobs, registry
+from .. import registry
 from ..exceptions import LockBackendError
+from ..primitives import holds
+from . import reservations
 from .duplicates import Duplicate
 from .policy import GuardNames, TaskGuard
 
@@ -25,7 +27,7 @@ def admit(
     ``again``: the job is queued again (a retry): a lease of its own is taken over. One round
     trip (a duplicate of a new call: two)."""
     assert names.queue is not None
-    reservation = jobs.reserve(
+    reservation = reservations.reserve(
         names.queue, job_id, ttl=ttl, label=guard.label, guard=guard.mode, using=guard.using,
         again=again, group=guard.group,
     )  # fmt: skip
@@ -63,7 +65,7 @@ def release_after(
 
 def _release(guard: TaskGuard, name: str, job_id: str, why: str, ran: str) -> bool:
     if ran == "nowhere":
-        return jobs.cancel(name, job_id, using=guard.using)
+        return reservations.cancel(name, job_id, using=guard.using)
     if ran == "here":
         return registry.release_job(name, job_id, using=guard.using, by=why)
     info = registry.get_lock(name, using=guard.using)

@@ -26,11 +26,11 @@ from __future__ import annotations
 import enum
 import logging
 
-from .. import jobs
-from ..claims import Claim
 from ..conf import lock_settings
-from ..durations import readable
+from ..core.durations import readable
 from ..exceptions import LockBackendError, LockNotOwned
+from ..primitives.claims import Claim
+from . import reservations
 from .duplicates import IGNORE, Duplicate, decide, ignore_copy
 from .policy import RAISE, RESCHEDULE, GuardNames, TaskGuard
 
@@ -79,7 +79,7 @@ class GuardedRun:
                     verdict = self._judge(self.lock.claim(self.copy_wait, want_result=True))
             ending = self._reservation_ending(verdict)
             if ending is not None:
-                jobs.cancel(*ending, using=self.guard.using)
+                reservations.cancel(*ending, using=self.guard.using)
         except LockBackendError as error:
             return self._unguarded(error)
         return verdict
@@ -96,7 +96,7 @@ class GuardedRun:
                     verdict = self._judge(claim)
             ending = self._reservation_ending(verdict)
             if ending is not None:
-                await jobs.acancel(*ending, using=self.guard.using)
+                await reservations.acancel(*ending, using=self.guard.using)
         except LockBackendError as error:
             return self._unguarded(error)
         return verdict

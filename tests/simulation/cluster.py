@@ -13,7 +13,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from django_redis_lock.backends import ClusterBackend
-from django_redis_lock.scripts import Script
+from django_redis_lock.backends.scripts import Script
 
 from .server import CLOCK_PREFIX, NAMESPACE, SimulatedServer, simulated_scripts
 from .world import TAG, World

@@ -8,8 +8,8 @@ import redis
 import redis.connection
 
 from django_redis_lock.backends import QuorumBackend
-from django_redis_lock.quorum import QuorumClient
-from django_redis_lock.scripts import Script
+from django_redis_lock.backends.quorum import QuorumClient
+from django_redis_lock.backends.scripts import Script
 
 from .server import CLOCK_PREFIX, Observed, SimulatedServer, simulated_scripts
 from .world import TAG, World

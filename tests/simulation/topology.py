@@ -4,10 +4,10 @@ the flows' requests go through, as the library picks it for that topology:
 - ``server``: one redis-server, :class:`~django_redis_lock.backends.ServerBackend`;
 - ``quorum``: three independent servers held as a majority (Redlock),
   :class:`~django_redis_lock.backends.QuorumBackend` on a
-  :class:`~django_redis_lock.quorum.QuorumClient`; a fault makes one member unreachable (down,
-  or partitioned away: its connections fail at once) and reachable again, or restarts one
-  empty. No queue: waiters poll. (Each request reaches the members in one step: the order in
-  which two clients' requests reach different members is not explored.)
+  :class:`~django_redis_lock.backends.quorum.QuorumClient`; a fault makes one member
+  unreachable (down, or partitioned away: its connections fail at once) and reachable again,
+  or restarts one empty. No queue: waiters poll. (Each request reaches the members in one
+  step: the order in which two clients' requests reach different members is not explored.)
 - ``cluster``: a Redis Cluster of three primaries,
   :class:`~django_redis_lock.backends.ClusterBackend` on redis-py's ``RedisCluster``; the
   simulation's keys share one hash tag, so one slot, which a fault may move to another node key
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from django_redis_lock.scripts import Script
+from django_redis_lock.backends.scripts import Script
 from embedded_redis import EmbeddedRedis, start_cluster
 
 from .cluster import ClusterWorld

@@ -24,10 +24,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
-from django_redis_lock import census, registry
-from django_redis_lock.durations import readable
+from django_redis_lock.core.durations import readable
 from django_redis_lock.exceptions import LockBackendError
 from django_redis_lock.management import lines
+from django_redis_lock.registry import census
+from django_redis_lock.registry import locks as lock_registry
 
 # The exit status when Redis (or a quorum's majority) could not be read.
 UNREACHABLE = 3
@@ -40,7 +41,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def _job(info: registry.LockInfo) -> str:
+def _job(info: lock_registry.LockInfo) -> str:
     """The task a lock is held for: its id, queued or running, and its guard's mode."""
     if info.job_id is None:
         return ""
@@ -101,9 +102,11 @@ class Command(BaseCommand):
         self, *, match: str | None, limit: int | None, as_json: bool, **options: Any
     ) -> None:
         unreachable: list[str] = []
-        found = itertools.islice(registry.iter_locks(match=match, unreachable=unreachable), limit)
+        found = itertools.islice(
+            lock_registry.iter_locks(match=match, unreachable=unreachable), limit
+        )
         locks = sorted(found, key=lambda info: info.name)  # SCAN's own order is no order
-        missing = registry.incomplete(unreachable)
+        missing = lock_registry.incomplete(unreachable)
         if as_json:
             self.stdout.write(_json([info.as_dict() for info in locks]))
             self._unread(missing, unreachable)
@@ -119,7 +122,7 @@ class Command(BaseCommand):
             self.stdout.write(line)
         if not rows and missing is None:
             self.stderr.write("No locks are held.")
-        for warning in registry.eviction_warnings():
+        for warning in lock_registry.eviction_warnings():
             self.stderr.write(f"Warning: {warning}")
         self._unread(missing, unreachable)
 
@@ -153,7 +156,7 @@ class Command(BaseCommand):
                 if input(question).strip().lower() not in {"y", "yes"}:
                     raise CommandError("Not released.")
         try:
-            released = registry.force_release(name, token, by="manage.py redis_locks")
+            released = lock_registry.force_release(name, token, by="manage.py redis_locks")
         except ValueError as exc:  # not a lock: nothing was deleted
             raise CommandError(f"Not released: {exc}") from None
         if not released:
@@ -199,8 +202,8 @@ class Command(BaseCommand):
             except KeyboardInterrupt:
                 return
 
-    def _held(self, name: str) -> registry.LockInfo:
-        info = registry.get_lock(name)
+    def _held(self, name: str) -> lock_registry.LockInfo:
+        info = lock_registry.get_lock(name)
         if info is None:
             raise CommandError(f"No lock named {name!r} is held.")
         return info

@@ -3,7 +3,7 @@
 import time
 
 from django_redis_lock import SingleInstanceCommand, get_redis_client
-from django_redis_lock.keys import lock_keys
+from django_redis_lock.primitives.keys import lock_keys
 
 progress = []
 

@@ -1,0 +1,373 @@
+"""Find the redis-py client that the locks of a cache alias talk to.
+
+Three sources, in this order:
+
+1. ``DJANGO_REDIS_LOCK_CONNECTION_FACTORY``: the user's callable, given the alias, returns a
+   redis-py client (``redis.Redis`` or ``redis.cluster.RedisCluster``). This is how clients
+   that no Django cache backend offers (Redis Cluster) come in.
+2. A django-redis cache: ``get_redis_connection(alias, write=True)``, which is the primary for
+   replicated and Sentinel set-ups; locks must never be taken on a replica.
+3. Django's own ``django.core.cache.backends.redis.RedisCache``: its write (first) server.
+
+Anything else raises :class:`UnsupportedCache`, an ``ImproperlyConfigured`` that says what to
+change; ``checks.py`` reports the same problems at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import threading
+import weakref
+from typing import Any, cast
+
+import redis.asyncio
+from django.conf import settings
+from django.core.cache import caches
+from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.utils.module_loading import import_string
+from django_redis import get_redis_connection
+from django_redis.cache import RedisCache as DjangoRedisRedisCache
+from django_redis.client import ShardClient
+from redis import Redis
+from redis import connection as sync_connection
+from redis.cluster import RedisCluster
+from redis.sentinel import SentinelConnectionPool
+
+from ..conf import PREFIX, SETTINGS, lock_settings
+from .quorum import AsyncQuorumClient, QuorumClient
+
+RedisClient = Redis | RedisCluster
+AsyncClient = redis.asyncio.Redis | redis.asyncio.RedisCluster
+# What a lock is taken on: a cache alias, a quorum's name, or a quorum as a tuple of aliases.
+LockAlias = str | tuple[str, ...]
+
+__all__ = [
+    "CacheBackend",
+    "RedisClient",
+    "UnsupportedCache",
+    "aclose_async_redis_clients",
+    "async_lock_client",
+    "cache_backend",
+    "get_async_redis_client",
+    "get_redis_client",
+    "lock_client",
+    "quorum_members",
+]
+
+_DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
+_DJANGO_BACKEND = "django.core.cache.backends.redis.RedisCache"
+_DEFAULT_CLIENT_CLASS = "django_redis.client.DefaultClient"
+_SUPPORTED = f"{_DJANGO_REDIS_BACKEND!r} (django-redis) or {_DJANGO_BACKEND!r} (Django's own)"
+
+
+class CacheBackend(enum.Enum):
+    """The Redis cache backends whose connection we know how to take."""
+
+    DJANGO_REDIS = "django-redis"
+    DJANGO = "django"
+
+
+class UnsupportedCache(ImproperlyConfigured):
+    """The cache alias cannot give us a single redis-py client.
+
+    ``check_id`` is the system check id that reports the same problem.
+    """
+
+    def __init__(self, message: str, *, check_id: str, hint: str) -> None:
+        super().__init__(f"{message} {hint}")
+        self.message = message
+        self.hint = hint
+        self.check_id = check_id
+
+
+def _import_class(dotted_path: str, what: str, alias: str) -> type:
+    try:
+        imported = import_string(dotted_path)
+    except ImportError as exc:
+        raise UnsupportedCache(
+            f"The {what} {dotted_path!r} of cache {alias!r} cannot be imported: {exc}",
+            check_id="django_redis_lock.E002",
+            hint="Fix the cache's configuration in settings.CACHES.",
+        ) from exc
+    if not isinstance(imported, type):
+        raise UnsupportedCache(
+            f"The {what} {dotted_path!r} of cache {alias!r} is not a class.",
+            check_id="django_redis_lock.E002",
+            hint="Fix the cache's configuration in settings.CACHES.",
+        )
+    return imported
+
+
+def cache_backend(alias: str) -> CacheBackend:
+    """Which supported Redis backend the cache ``alias`` uses, read from ``settings.CACHES``.
+
+    Reads configuration only: no cache is instantiated and Redis is not contacted.
+    """
+    caches_setting = getattr(settings, "CACHES", {})
+    if alias not in caches_setting:
+        raise UnsupportedCache(
+            f"The cache alias {alias!r} is not in settings.CACHES "
+            f"(known aliases: {', '.join(map(repr, caches_setting)) or 'none'}).",
+            check_id="django_redis_lock.E001",
+            hint=f"Set {PREFIX}CACHE_ALIAS to a cache alias backed by Redis, or add the alias.",
+        )
+    config = caches_setting[alias]
+    backend_path = config.get("BACKEND", "")
+    backend = _import_class(backend_path, "BACKEND", alias)
+
+    if issubclass(backend, DjangoRedisRedisCache):
+        client_path = config.get("OPTIONS", {}).get("CLIENT_CLASS", _DEFAULT_CLIENT_CLASS)
+        client_class = _import_class(client_path, "OPTIONS['CLIENT_CLASS']", alias)
+        if issubclass(client_class, ShardClient):
+            raise UnsupportedCache(
+                f"The cache {alias!r} uses django-redis' ShardClient ({client_path!r}), which "
+                "spreads keys over several servers by their own hash and cannot give one "
+                "connection for a lock.",
+                check_id="django_redis_lock.E003",
+                hint=(
+                    f"Point {PREFIX}CACHE_ALIAS at a cache with the default client, or for "
+                    f"several servers use Redis Cluster through {PREFIX}CONNECTION_FACTORY."
+                ),
+            )
+        return CacheBackend.DJANGO_REDIS
+    if issubclass(backend, DjangoRedisCache):
+        return CacheBackend.DJANGO
+    raise UnsupportedCache(
+        f"The cache {alias!r} uses {backend_path!r}, which is not a Redis cache.",
+        check_id="django_redis_lock.E002",
+        hint=(
+            f"Locks need Redis: use {_SUPPORTED} for this alias, point {PREFIX}CACHE_ALIAS at "
+            f"one that does, or give a client through {PREFIX}CONNECTION_FACTORY."
+        ),
+    )
+
+
+def _connect(alias: str) -> RedisClient:
+    factory = lock_settings.CONNECTION_FACTORY
+    if factory is not None:
+        client = factory(alias)
+        if not isinstance(client, RedisClient):
+            raise ImproperlyConfigured(
+                f"{PREFIX}CONNECTION_FACTORY returned {type(client).__name__!r} for cache "
+                f"alias {alias!r}; it must return a redis-py client (redis.Redis or "
+                "redis.cluster.RedisCluster)."
+            )
+        return client
+    if cache_backend(alias) is CacheBackend.DJANGO_REDIS:
+        # write=True: the primary, never a replica (also for SentinelClient).
+        return cast(RedisClient, get_redis_connection(alias, write=True))
+    # Django's backend has no public accessor for its client; its first server takes writes.
+    django_cache: Any = caches[alias]
+    return cast(RedisClient, django_cache._cache.get_client(write=True))
+
+
+# One client per alias for the whole process: redis-py clients are thread-safe and
+# pool their connections, and a user's factory may be expensive (a Cluster client reads the
+# slot map when built). Cleared when the settings it was built from change.
+_clients: dict[str, RedisClient] = {}
+_clients_lock = threading.Lock()
+
+
+def get_redis_client(alias: str | None = None) -> RedisClient:
+    """The redis-py client for the cache ``alias`` (default ``DJANGO_REDIS_LOCK_CACHE_ALIAS``).
+
+    Raises ``ImproperlyConfigured`` (:class:`UnsupportedCache` for a cache that is not Redis)
+    with a message saying what to change. Does not contact Redis.
+    """
+    if alias is None:
+        alias = lock_settings.CACHE_ALIAS
+    elif not isinstance(alias, str):
+        raise TypeError(f"alias must be a cache alias (str), not {type(alias).__name__}.")
+    elif not alias:
+        raise ValueError("alias must not be empty.")
+    client = _clients.get(alias)
+    if client is None and alias in lock_settings.QUORUMS:
+        raise ImproperlyConfigured(
+            f"{alias!r} names a quorum ({PREFIX}QUORUMS) of several Redis servers, not one: "
+            f"ask for one of its cache aliases ({', '.join(lock_settings.QUORUMS[alias])})."
+        )
+    if client is None:
+        with _clients_lock:
+            client = _clients.get(alias)
+            if client is None:
+                client = _clients[alias] = _connect(alias)
+    return client
+
+
+def quorum_members(alias: LockAlias) -> tuple[str, ...] | None:
+    """The cache aliases of the quorum ``alias`` names (None: it is one cache alias)."""
+    if isinstance(alias, tuple):
+        return alias
+    return lock_settings.QUORUMS.get(alias)
+
+
+_quorum_clients: dict[LockAlias, QuorumClient] = {}
+
+
+def lock_client(alias: LockAlias) -> RedisClient | QuorumClient:
+    """The client the locks of ``alias`` talk to: :func:`get_redis_client`, or for a quorum
+    a :class:`~django_redis_lock.backends.quorum.QuorumClient` over its servers."""
+    members = quorum_members(alias)
+    if members is None:
+        return get_redis_client(cast(str, alias))
+    client = _quorum_clients.get(alias)
+    if client is None:
+        name = repr(alias) if isinstance(alias, str) else f"[{', '.join(alias)}]"
+        built = QuorumClient(name, [(member, get_redis_client(member)) for member in members])
+        with _clients_lock:
+            client = _quorum_clients.setdefault(alias, built)
+    return client
+
+
+# The asyncio twin of each client, per event loop: asyncio connections belong to one loop.
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AsyncClient]] = (
+    weakref.WeakKeyDictionary()
+)
+
+_ASYNC_CONNECTION_CLASSES: list[tuple[type, type]] = [
+    # Most specific first: SSLConnection is a Connection.
+    (sync_connection.SSLConnection, redis.asyncio.SSLConnection),
+    (sync_connection.UnixDomainSocketConnection, redis.asyncio.UnixDomainSocketConnection),
+    (sync_connection.Connection, redis.asyncio.Connection),
+]
+
+
+def _accepted_parameters(cls: type) -> set[str]:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            names.update(
+                name
+                for name, parameter in inspect.signature(init).parameters.items()
+                if parameter.kind is not inspect.Parameter.VAR_KEYWORD
+            )
+    return names - {"self"}
+
+
+# Parts of a sync connection's configuration that are sync objects and have async defaults.
+_NOT_COPIED = {"retry", "parser_class", "redis_connect_func", "event_dispatcher"}
+
+
+def _copyable(kwargs: dict[str, Any], target: Any) -> dict[str, Any]:
+    """The parts of a sync client's configuration that ``target`` (an asyncio class) takes."""
+    accepted = _accepted_parameters(target)
+    return {
+        name: value
+        for name, value in kwargs.items()
+        if name in accepted and name not in _NOT_COPIED
+    }
+
+
+def _async_cluster_twin(client: RedisCluster) -> AsyncClient:
+    from redis.asyncio.cluster import ClusterNode
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    manager = client.nodes_manager
+    nodes = [ClusterNode(node.host, node.port) for node in manager.startup_nodes.values()]
+    return AsyncRedisCluster(
+        startup_nodes=nodes, **_copyable(manager.connection_kwargs, AsyncRedisCluster)
+    )
+
+
+def _async_sentinel_twin(pool: Any) -> redis.asyncio.Redis:
+    from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+
+    manager = pool.sentinel_manager
+    sentinels = [
+        (sentinel.connection_pool.connection_kwargs["host"],
+         sentinel.connection_pool.connection_kwargs["port"])
+        for sentinel in manager.sentinels
+    ]  # fmt: skip
+    async_manager = AsyncSentinel(  # type: ignore[no-untyped-call]
+        sentinels,
+        min_other_sentinels=manager.min_other_sentinels,
+        sentinel_kwargs=_copyable(manager.sentinel_kwargs, redis.asyncio.Connection),
+        **_copyable(pool.connection_kwargs, redis.asyncio.Connection),
+    )
+    return cast(redis.asyncio.Redis, async_manager.master_for(pool.service_name))
+
+
+def _async_twin(client: RedisClient, alias: str) -> AsyncClient:
+    """An asyncio client for the same server(s), with the same credentials and timeouts."""
+    if isinstance(client, RedisCluster):
+        return _async_cluster_twin(client)
+    pool = getattr(client, "connection_pool", None)
+    if isinstance(pool, SentinelConnectionPool):
+        return _async_sentinel_twin(pool)
+    connection_class = getattr(pool, "connection_class", None)
+    async_class = next(
+        (
+            async_cls
+            for sync_cls, async_cls in _ASYNC_CONNECTION_CLASSES
+            if connection_class is not None
+            and issubclass(connection_class, sync_cls)
+            and connection_class.__module__.startswith("redis.")
+        ),
+        None,
+    )
+    if pool is None or async_class is None or type(pool) is not sync_connection.ConnectionPool:
+        raise ImproperlyConfigured(
+            f"The async lock API cannot derive an asyncio client from the client of cache alias "
+            f"{alias!r} ({type(client).__name__} with "
+            f"{getattr(connection_class, '__name__', 'no')} connections); it supports plain "
+            "TCP, TLS and unix-socket connection pools, Sentinel and Redis Cluster. Use the "
+            "sync API, or async_to_sync."
+        )
+    async_pool = redis.asyncio.ConnectionPool(
+        connection_class=async_class,
+        max_connections=pool.max_connections,
+        **_copyable(pool.connection_kwargs, async_class),
+    )
+    return redis.asyncio.Redis(connection_pool=async_pool)
+
+
+def get_async_redis_client(alias: str | None = None) -> AsyncClient:
+    """The asyncio twin of :func:`get_redis_client` for the running event loop."""
+    loop = asyncio.get_running_loop()
+    if alias is None:
+        alias = lock_settings.CACHE_ALIAS
+    per_loop = _async_clients.setdefault(loop, {})
+    client = per_loop.get(alias)
+    if client is None:
+        client = per_loop[alias] = _async_twin(get_redis_client(alias), alias)
+    return client
+
+
+def async_lock_client(alias: LockAlias) -> AsyncClient | AsyncQuorumClient:
+    """:func:`lock_client` for asyncio."""
+    client = lock_client(alias)
+    if isinstance(client, QuorumClient):
+        return AsyncQuorumClient(client)  # holds no connections of its own: nothing to cache
+    return get_async_redis_client(cast(str, alias))
+
+
+async def aclose_async_redis_clients() -> None:
+    """Close the asyncio clients of the running event loop.
+
+    Call it before a short-lived loop ends (a script's ``asyncio.run(main())``); a loop that
+    lives as long as the process (an ASGI server's) needs nothing.
+    """
+    for client in _async_clients.pop(asyncio.get_running_loop(), {}).values():
+        await client.aclose()
+        if isinstance(client, redis.asyncio.Redis):
+            await client.connection_pool.disconnect()  # ours: aclose() leaves a given pool open
+            # A Sentinel-backed client also holds connections to the Sentinels it asked.
+            pool = client.connection_pool
+            if isinstance(pool, redis.asyncio.sentinel.SentinelConnectionPool):
+                for sentinel in pool.sentinel_manager.sentinels:
+                    await sentinel.aclose()
+
+
+@receiver(setting_changed)
+def _forget_clients(*, setting: str, **kwargs: Any) -> None:
+    if setting == "CACHES" or setting in {s.full_name for s in SETTINGS.values()}:
+        with _clients_lock:
+            _clients.clear()
+            _quorum_clients.clear()
+            _async_clients.clear()

@@ -1,0 +1,299 @@
+"""``@prevent_double_submit(key=..., ...)``: a view, sync or async, against duplicate
+submissions, over the plain core in ``submissions.py`` (who the client is, what a submission
+is) and ``replays.py`` (the kept response of an Idempotency-Key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.template.response import SimpleTemplateResponse
+
+from ..conf import lock_settings
+from ..core import durations
+from ..exceptions import LockBackendError, LockNotOwned
+from ..hints import hinted
+from ..primitives.lock import Claim, Lock
+from . import drf, replays, submissions
+from .negotiation import wants_json
+
+__all__ = ["prevent_double_submit"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger("django_redis_lock")
+
+
+class _SubmissionGuard:
+    """The configuration of one ``@prevent_double_submit`` and everything but the I/O, which
+    the sync and async wrappers do each their own way."""
+
+    def __init__(
+        self, *, key: Any, group: str, methods: Any, fingerprint: bool, wait: float,
+        timeout: float | None, hold: float, replay: bool, idempotency_header: str | None,
+        idempotency_ttl: float,
+    ) -> None:  # fmt: skip
+        self.key = submissions.key_function(key)
+        self.group = group
+        self.methods = frozenset(
+            m.upper() for m in ([methods] if isinstance(methods, str) else methods)
+        )
+        self.fingerprint = fingerprint
+        self.wait = wait
+        self.timeout = timeout
+        self.hold = hold
+        self.replay = replay
+        self.idempotency_header = idempotency_header
+        self.idempotency_ttl = idempotency_ttl
+
+    def plan(self, request: HttpRequest) -> _Submission | None:
+        """The lock for this request, or None when it is not guarded."""
+        if request.method not in self.methods or not lock_settings.ENABLED:
+            return None
+        client = submissions.client_identity(request, self.key)
+        if client is None:
+            return None  # nobody to tell apart (an anonymous user with key="user", say)
+        idempotency_key = (
+            request.headers.get(self.idempotency_header) if self.idempotency_header else None
+        )
+        fingerprint = (
+            submissions.request_fingerprint(request) if self.fingerprint or idempotency_key else ""
+        )
+        if idempotency_key:
+            name = submissions.submission_lock_name(self.group, client, "key", idempotency_key)
+            keep = self.idempotency_ttl
+        else:
+            name = submissions.submission_lock_name(self.group, client, fingerprint)
+            keep = self.hold
+        lock = Lock(
+            name,
+            wait=self.wait,
+            timeout=self.timeout,
+            label=f"submission to {self.group}",
+            group=f"view:{self.group}",
+        )
+        return _Submission(
+            lock, fingerprint, keep, idempotency_key is not None, client,
+            # A client known only by its IP address may be several people (one office, one
+            # mobile carrier's NAT): never show one of them another's response.
+            replayable=self.replay and not submissions.ip_scoped(client),
+        )  # fmt: skip
+
+    def refuse(self, request: HttpRequest, submission: _Submission, claim: Claim) -> Any:
+        """The answer to a request that did not get the lock: the first response replayed,
+        or what the duplicate-submission view says (a coroutine if that view is async)."""
+        answer = self._duplicate(submission, claim)
+        if isinstance(answer, HttpResponseBase):
+            return answer
+        return _duplicate_view()(request, answer)
+
+    def _duplicate(
+        self, submission: _Submission, claim: Claim
+    ) -> submissions.DuplicateSubmission | HttpResponse:
+        """Why a request that did not get the lock is not run, or the response to replay."""
+        if claim.result is None:  # the first one is still running
+            holder = claim.refusal
+            assert holder is not None
+            # Its lease (renewed, 30 s by default) says little about when it ends; a retry
+            # after `hold` seconds is answered from its result if it finished by then.
+            wait = min(holder.ttl, submission.keep) if holder.ttl else submission.keep
+            return submissions.DuplicateSubmission(
+                "The same submission is being processed.",
+                status=409,
+                retry_after=submissions.retry_after(wait),
+            )
+        finished = submissions.Finished.loads(claim.result)
+        if submission.idempotent and finished.fingerprint != submission.fingerprint:
+            return submissions.DuplicateSubmission(
+                "This Idempotency-Key was used for a different request.",
+                status=422,
+                retry_after=None,
+            )
+        if finished.status is not None:
+            return finished.replay()
+        return submissions.DuplicateSubmission(
+            "The same submission was just processed.",
+            status=409,
+            retry_after=submissions.retry_after(submission.keep),
+        )
+
+    def result_of(
+        self, response: HttpResponseBase, submission: _Submission
+    ) -> submissions.Finished | None:
+        """What to keep of the response for duplicates (None: nothing, a retry may run)."""
+        if response.status_code >= 500:
+            return None
+        if isinstance(response, SimpleTemplateResponse) and not response.is_rendered:
+            if drf.unfinalized(response):  # a DRF Response outside a DRF view: no renderer
+                return submissions.Finished(submission.fingerprint)
+            response.render()  # its content is what a duplicate must get
+        return submissions.Finished.of(
+            response, submission.fingerprint, replay=submission.replayable,
+            max_bytes=lock_settings.REPLAY_MAX_BYTES,
+        )  # fmt: skip
+
+    def kept(self, finished: submissions.Finished | None, submission: _Submission) -> bytes | None:
+        """``finished`` as it is kept, once its body is counted against the replay budgets
+        (``replays.py``); without its body if that does not fit. Does I/O."""
+        if finished is None:
+            return None
+        if finished.status is not None:
+            record = finished.dumps()
+            refused = replays.charge(
+                lock_settings.CACHE_ALIAS, submission.client, len(record),
+                durations.milliseconds(submission.keep),
+            )  # fmt: skip
+            if refused is None:
+                return record
+            logger.warning(
+                "Not keeping the response of %s for replay: %s. Its duplicates get 409.",
+                self.group, refused,
+            )  # fmt: skip
+            finished = finished.without_body()
+        return finished.dumps()
+
+    def unavailable(self, request: HttpRequest, error: LockBackendError) -> HttpResponse | None:
+        """Redis is unreachable: None lets the view run unprotected (FAIL_OPEN), else a 503,
+        in JSON for the clients the duplicate-submission view answers in JSON."""
+        if lock_settings.FAIL_OPEN:
+            logger.warning(
+                "Running %s (%s) without double-submit protection: %s", self.group,
+                request.path, error,
+            )  # fmt: skip
+            return None
+        # The one trace of the refusal: the lock itself logs nothing when it cannot reach Redis.
+        logger.warning(
+            "Answering 503 to a submission to %s (%s), Redis is unavailable: %s",
+            self.group, request.path, error,
+        )  # fmt: skip
+        detail = "Service unavailable, please try again."
+        response: HttpResponse
+        if wants_json(request):
+            response = JsonResponse({"error": "service_unavailable", "detail": detail}, status=503)
+        else:
+            response = HttpResponse(detail, status=503, content_type="text/plain; charset=utf-8")
+        response.headers["Retry-After"] = "5"
+        return response
+
+
+@dataclass(frozen=True)
+class _Submission:
+    lock: Lock
+    fingerprint: str
+    keep: float  # seconds the result is kept for duplicates
+    idempotent: bool
+    client: str  # who submits (the key's value)
+    replayable: bool  # whether its response may be replayed to duplicates
+
+
+def _duplicate_view() -> Callable[..., Any]:
+    from ..views import duplicate_submission
+
+    return lock_settings.DUPLICATE_SUBMISSION_VIEW or duplicate_submission
+
+
+@hinted
+def prevent_double_submit(
+    key: str | Callable[[HttpRequest], str | None] = "user_or_ip",
+    *,
+    group: str | None = None,
+    methods: Any = submissions.UNSAFE,
+    fingerprint: bool = True,
+    wait: float = 0,
+    timeout: float | None = None,
+    hold: float = 5,
+    replay: bool = True,
+    idempotency_header: str | None = None,
+    idempotency_ttl: float = 24 * 3600,
+) -> Callable[[F], F]:
+    """Run a view at most once for the same submission from the same client.
+
+    See ``docs/views.md``. In short: while the first of identical requests (same client by
+    ``key``, same view ``group``, same method, path, query and submitted data) runs, the others
+    get 409 Conflict with Retry-After (or wait up to ``wait`` seconds for it); for ``hold``
+    seconds after it finished they get its response replayed (``Idempotent-Replayed: true``),
+    or 409 when it cannot be replayed. With ``idempotency_header="Idempotency-Key"`` a request
+    carrying that header is identified by it instead (kept ``idempotency_ttl`` seconds; a
+    different payload under a used key gets 422). On Django REST framework, decorate the
+    handler (``method_decorator`` on an ``APIView`` or ``ViewSet``, or below ``@api_view``).
+    """
+    Lock("validate-options", wait=wait, timeout=timeout)
+    submissions.key_function(key)  # a bad key fails here, at import time, not per request
+    hold = durations.seconds(hold, "hold")
+    idempotency_ttl = durations.seconds(idempotency_ttl, "idempotency_ttl")
+
+    def decorator(view: F) -> F:
+        guard = _SubmissionGuard(
+            key=key, group=group or f"{view.__module__}.{view.__qualname__}", methods=methods,
+            fingerprint=fingerprint, wait=wait, timeout=timeout, hold=hold, replay=replay,
+            idempotency_header=idempotency_header, idempotency_ttl=idempotency_ttl,
+        )  # fmt: skip
+
+        if iscoroutinefunction(view):
+
+            @functools.wraps(view)
+            async def async_guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                submission = guard.plan(request)
+                if submission is None:
+                    return await view(request, *args, **kwargs)
+                try:
+                    claim = await submission.lock.aclaim(want_result=True)
+                except LockBackendError as error:
+                    fallback = guard.unavailable(request, error)
+                    return fallback or await view(request, *args, **kwargs)
+                if not claim.acquired:
+                    refusal = guard.refuse(request, submission, claim)
+                    return await refusal if asyncio.iscoroutine(refusal) else refusal
+                result = None
+                try:
+                    # As below (adrf's async DRF views have the same finalize_response).
+                    response = drf.finalized(
+                        request, await view(request, *args, **kwargs), args, kwargs
+                    )
+                    finished = guard.result_of(response, submission)
+                    result = await sync_to_async(guard.kept, thread_sensitive=False)(
+                        finished, submission
+                    )
+                    return response
+                finally:
+                    with contextlib.suppress(LockNotOwned, LockBackendError):
+                        await submission.lock.arelease(result=result, result_ttl=submission.keep)
+
+            return async_guarded  # type: ignore[return-value]
+
+        @functools.wraps(view)
+        def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            submission = guard.plan(request)
+            if submission is None:
+                return view(request, *args, **kwargs)
+            try:
+                claim = submission.lock.claim(want_result=True)
+            except LockBackendError as error:
+                fallback = guard.unavailable(request, error)
+                return fallback or view(request, *args, **kwargs)
+            if not claim.acquired:
+                return guard.refuse(request, submission, claim)
+            result = None
+            try:
+                # A DRF handler's Response gets its renderer here, not after us: it is rendered
+                # and kept for duplicates before APIView.dispatch sees it.
+                response = drf.finalized(request, view(request, *args, **kwargs), args, kwargs)
+                result = guard.kept(guard.result_of(response, submission), submission)
+                return response
+            finally:
+                # Nothing is kept when the view raised: a retry may run it again. A lost lock
+                # was reported when it was lost; an unreachable Redis lets the lease end.
+                with contextlib.suppress(LockNotOwned, LockBackendError):
+                    submission.lock.release(result=result, result_ttl=submission.keep)
+
+        return guarded  # type: ignore[return-value]
+
+    return decorator

@@ -1,0 +1,114 @@
+"""What a Lock carries between its API and its flows: the outcome it reports (``Claim``), the
+settings it resolved (``Resolved``, made by ``resolve``), and an acquisition, release or
+extension under way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from ..backends.clients import LockAlias, quorum_members
+from ..conf import lock_settings
+from ..core import flows
+from ..core.lease import LockKeys
+from ..exceptions import LockNotAcquired
+from .holds import Hold, OwnerRecords
+from .keys import readable_tag
+
+__all__ = ["Claim", "Pending", "Resolved", "Step", "resolve"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What :meth:`Lock.claim` got: the lock (``acquired``), the guarded work's result
+    (``result``: it was done already), or neither (``refusal``: who holds it)."""
+
+    acquired: bool
+    result: bytes | None = None
+    refusal: LockNotAcquired | None = None
+
+    def raise_unless_acquired(self) -> None:
+        """Raise the refusal unless the lock was acquired: a ``with`` block's entry."""
+        if not self.acquired:
+            assert self.refusal is not None
+            raise self.refusal
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a Lock takes from the settings, on first use."""
+
+    alias: LockAlias
+    keys: LockKeys
+    lease: float
+    renew: bool
+    wait: float
+    quorum: bool
+    replicas: int  # that must confirm an acquisition (MIN_REPLICAS)
+    replica_timeout_ms: int
+    records: OwnerRecords  # its acquisitions' owner records
+
+
+def resolve(
+    name: str, *, using: Any, timeout: float | None, auto_renew: bool | None,
+    wait: float | None, label: str | None, guard: str | None,
+    layout: Callable[[LockAlias, bool], Any], group: str | None = None,
+) -> Resolved:  # fmt: skip
+    """What a primitive named ``name`` takes from the settings: its own options where given,
+    else the settings' defaults (read now; the primitive keeps the result). ``layout(alias,
+    quorum)``: its keys."""
+    alias = using or lock_settings.CACHE_ALIAS
+    if timeout is None:
+        lease = lock_settings.TIMEOUT
+        renew = lock_settings.AUTO_RENEW if auto_renew is None else auto_renew
+    else:
+        lease, renew = timeout, bool(auto_renew)
+    quorum = quorum_members(alias) is not None
+    records = OwnerRecords(
+        label=label, guard=guard, group=group,
+        name=None if readable_tag(name) else name,  # else the key says it
+    )  # fmt: skip
+    return Resolved(
+        alias, layout(alias, quorum), lease, renew,
+        wait if wait is not None else lock_settings.WAIT, quorum, _replicas(quorum),
+        max(1, int(lock_settings.REPLICA_TIMEOUT * 1000)), records,
+    )  # fmt: skip
+
+
+def _replicas(quorum: bool) -> int:
+    """Replicas that must confirm an acquisition."""
+    replicas = lock_settings.MIN_REPLICAS
+    if replicas and quorum:
+        raise ImproperlyConfigured(
+            "DJANGO_REDIS_LOCK_MIN_REPLICAS does not apply in quorum mode: its servers are "
+            "independent, with no replicas to wait for. Set it to 0 for quorum locks."
+        )
+    return int(replicas)
+
+
+@dataclass(eq=False, slots=True)
+class Pending:
+    """An acquisition under way."""
+
+    owner: object
+    alias: LockAlias
+    plan: flows.AcquirePlan
+    lease: float
+    renew: bool
+
+
+@dataclass(eq=False, slots=True)
+class Step:
+    """A release or an extension under way (``flow`` None: a re-entrant level, no I/O)."""
+
+    owner: object
+    alias: LockAlias
+    keys: LockKeys
+    hold: Hold
+    flow: flows.Flow | None
+    earlier_ran: bool = False  # release: an earlier try of it may have run in Redis
+    lease: float = 0.0  # extend: the new length
+    started: float = 0.0

@@ -1,0 +1,90 @@
+"""The steps of a ``lock_many`` acquisition (``groups.LockGroup``), and the two objects that
+carry them out: one blocking, one for asyncio, each given to the drivers of
+``backends/drivers.py`` as a flow's backend. The group decides the steps; these only do them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from ..backends import async_backend_for, backend_of
+from ..backends.clients import async_lock_client
+from ..backends.drivers import arun, run
+from ..core.many import take_in_order
+from .lock import Lock
+
+if TYPE_CHECKING:
+    from .group import LockGroup
+
+__all__ = ["AsyncMembers", "ClaimOne", "Members", "TakeFree", "Undo"]
+
+
+@dataclass(eq=False)
+class TakeFree:
+    """Take the free locks in one script, where one script can (``core/many.py``)."""
+
+    wait: float
+    taken: list[Lock]  # appended to as they are held
+
+
+@dataclass(eq=False)
+class ClaimOne:
+    """Take one member, waiting up to ``wait`` seconds (its own ``claim()``)."""
+
+    member: Lock
+    wait: float
+
+
+@dataclass(eq=False)
+class Undo:
+    """Release a member this acquisition took. Not shielded from a cancellation as the
+    drivers' clean-up requests are: a hold is its task's, and a shield runs in a task of its
+    own (the group goes on through a second cancellation instead)."""
+
+    member: Lock
+
+
+class Members:
+    """Carries a group's steps out, blocking (``drivers.run``)."""
+
+    def __init__(self, group: LockGroup) -> None:
+        self.group = group
+
+    def perform(self, step: Any) -> Any:
+        if type(step) is ClaimOne:
+            return step.member.claim(step.wait)
+        if type(step) is Undo:
+            step.member.release()
+            return None
+        pendings = self.group.prepared(step)
+        if pendings:
+            alias = pendings[0][1].alias
+            try:
+                taken = run(take_in_order([p.plan for _, p in pendings]), backend_of(alias))
+            except RedisError as exc:
+                raise self.group.backend_error(exc) from exc
+            self.group.settle(step, pendings, taken)
+        return None
+
+
+class AsyncMembers(Members):
+    """:class:`Members` for asyncio (``drivers.arun``)."""
+
+    async def perform(self, step: Any) -> Any:
+        if type(step) is ClaimOne:
+            return await step.member.aclaim(step.wait)
+        if type(step) is Undo:
+            await step.member.arelease()
+            return None
+        pendings = self.group.prepared(step)
+        if pendings:
+            backend = async_backend_for(async_lock_client(pendings[0][1].alias))
+            try:
+                taken = await arun(take_in_order([p.plan for _, p in pendings]), backend)
+            except RedisError as exc:
+                raise self.group.backend_error(exc) from exc
+            self.group.settle(step, pendings, taken)
+        return None

@@ -1,0 +1,171 @@
+"""What a lock tells the world about itself: its log lines and signals, in one place.
+
+The lock's bookkeeping (``holding.py``) calls one function here at each moment of a hold's life
+(contended, acquired, gave up, released, lost), so every primitive built on it reports the same
+way, and whatever else wants to know (metrics) has one place to hook in.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Protocol
+
+from .. import signals
+from ..core.durations import readable
+from ..core.flows import Unconfirmed
+from ..core.lease import decode_lease
+from ..exceptions import LockBackendError
+from ..metrics import hub as metrics
+
+__all__ = [
+    "Reported",
+    "acquire_failed",
+    "acquired",
+    "backend_error",
+    "contended",
+    "contention_observed",
+    "gave_up",
+    "limits_differ",
+    "lost",
+    "owner_of",
+    "released",
+]
+
+logger = logging.getLogger("django_redis_lock")
+
+
+class Reported(Protocol):
+    """What is reported about: a lock (the signals' ``lock``; its class is their sender)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def label(self) -> str | None: ...
+
+    @property
+    def group(self) -> str: ...  # for metrics: its name's template (metrics/labels.py)
+
+
+def owner_of(value: Any, name: str) -> dict[str, Any] | None:
+    """The holder a lease value names, for people (None: unknown or unreadable)."""
+    if value is None:
+        return None
+    try:
+        return decode_lease(value).describe(name)
+    except ValueError:
+        return None
+
+
+def contention_observed() -> bool:
+    """Whether anyone listens for :func:`contended` (worth reading the holder's record)."""
+    # `receivers`, not has_listeners(): only a cheap "maybe" is needed here.
+    return bool(signals.lock_contended.receivers) or logger.isEnabledFor(logging.INFO)
+
+
+def contended(lock: Reported, max_wait: float, holder: Any) -> None:
+    """``lock`` is held by someone else, and we wait for it (``holder``: their lease value)."""
+    if metrics.sinks:
+        metrics.contended(lock)
+    owner = owner_of(holder, lock.name)
+    described = owner or {}
+    logger.info(
+        "Waiting %s for lock %r held by %s/%s",
+        "for ever" if max_wait == math.inf else f"up to {readable(max_wait)}", lock.name,
+        described.get("host", "?"), described.get("pid", "?"),
+    )  # fmt: skip
+    signals.lock_contended.send(
+        sender=type(lock), lock=lock, name=lock.name, label=lock.label, owner=owner
+    )
+
+
+def gave_up(lock: Reported, max_wait: float) -> None:
+    """An acquisition that could wait ended without the lock. INFO, not WARNING: the caller
+    is told (``LockNotAcquired``, or a guard's own handling, such as a command's exit status),
+    and handles it; a WARNING would reach stderr through logging's last-resort handler in a
+    project without ``LOGGING``, which a cron job mails, even with ``--verbosity 0``."""
+    if metrics.sinks:
+        metrics.waited(lock, metrics.TIMED_OUT, max_wait)
+    if max_wait > 0:
+        logger.info("Gave up on lock %r after waiting %s", lock.name, readable(max_wait))
+
+
+def acquire_failed(lock: Reported, waited: float) -> None:
+    """An acquisition ended in an error (Redis unreachable...), after ``waited`` seconds: the
+    caller gets the error; only the metrics are told here."""
+    if metrics.sinks:
+        metrics.waited(lock, metrics.ERROR, waited)
+
+
+def acquired(lock: Reported, waited: float, fence: int | None) -> None:
+    """``lock`` is ours (``waited``: 0.0 for a re-entry)."""
+    if metrics.sinks:
+        metrics.waited(lock, metrics.ACQUIRED, waited)
+    logger.debug("Acquired lock %r after %.3fs", lock.name, waited)
+    if signals.lock_acquired.receivers:
+        signals.lock_acquired.send(
+            sender=type(lock), lock=lock, name=lock.name, label=lock.label, waited=waited,
+            fencing_token=fence,
+        )  # fmt: skip
+
+
+def released(lock: Reported, held: float) -> None:
+    if metrics.sinks:
+        metrics.held(lock, held)
+    logger.debug("Released lock %r after %.3fs", lock.name, held)
+    if signals.lock_released.receivers:
+        signals.lock_released.send(
+            sender=type(lock), lock=lock, name=lock.name, label=lock.label, held=held
+        )
+
+
+def lost(lock: Reported, held: float, reason: str) -> None:
+    """A hold ended without our release: loudly (ERROR log, ``lock_lost``). Called once per
+    hold (the caller sees to that)."""
+    if metrics.sinks:
+        metrics.lost(lock, reason)
+    logger.error(
+        "Lost lock %r (label %r) after holding it %s: %s. Work done under it may have "
+        "overlapped another holder's.",
+        lock.name, lock.label, readable(held), reason,
+    )  # fmt: skip
+    signals.lock_lost.send(
+        sender=type(lock), lock=lock, name=lock.name, label=lock.label, held=held,
+        reason=reason,
+    )  # fmt: skip
+
+
+_limits_told: set[tuple[str, int, int]] = set()
+
+
+def limits_differ(lock: Reported, ours: int, theirs: int) -> None:
+    """A semaphore's permit was taken under ``ours`` while another holder's was taken under
+    ``theirs`` (a rolling deploy that changes the limit): each caller is held to its own, so
+    up to the larger number may hold one meanwhile. A WARNING, once per process and pair."""
+    if (lock.name, ours, theirs) in _limits_told:
+        return
+    _limits_told.add((lock.name, ours, theirs))
+    logger.warning(
+        "Semaphore %r is used with different limits: this process allows %d holders, another "
+        "holder took its permit under a limit of %d. Each acquisition is held to its own "
+        "limit, so up to %d may hold it until every process uses the same one.",
+        lock.name, ours, theirs, max(ours, theirs),
+    )  # fmt: skip
+
+
+def backend_error(
+    name: str, action: str, exc: BaseException, replica_timeout: float
+) -> LockBackendError:
+    """The error a caller gets when Redis failed ``action`` on lock ``name``."""
+    if isinstance(exc, Unconfirmed):
+        return LockBackendError(
+            f"Lock {name!r} was taken on the primary but only {exc.acknowledged} of "
+            f"the {exc.replicas} replicas required (DJANGO_REDIS_LOCK_MIN_REPLICAS) "
+            f"confirmed it within {readable(replica_timeout)}, so it was released "
+            "again: a failover now could have handed it to a second holder.",
+            name=name,
+        )
+    return LockBackendError(
+        f"Could not {action} lock {name!r}: {type(exc).__name__}: {exc}", name=name
+    )
