@@ -113,7 +113,7 @@ def per_acquisition(params: Params, multiprocess: bool = False) -> dict[str, dic
     that adds its events up later (``settle()``, as a scrape or a collection does), the CPU
     that takes per cycle, timed after each block; and requests per cycle."""
     from django_redis_lock import Lock
-    from django_redis_lock.metrics import hub
+    from django_redis_lock.primitives import reports
 
     variants = _sinks(multiprocess)
     lock = Lock("bench:metrics:job")
@@ -129,7 +129,7 @@ def per_acquisition(params: Params, multiprocess: bool = False) -> dict[str, dic
 
     for name, sink in variants.items():  # warm up each, and count its requests
         if sink is not None:
-            hub.add(sink)
+            reports.add_sink(sink)
         cycles(params.block)
         counter = RequestCounter().install()
         try:
@@ -138,17 +138,17 @@ def per_acquisition(params: Params, multiprocess: bool = False) -> dict[str, dic
             counter.uninstall()
         requests[name] = counter.counts["lock"] / 100
         if sink is not None:
-            hub.remove(sink)
+            reports.remove_sink(sink)
             settle_us(sink, params.block)
     for name, sink in in_rotation(variants, params.rounds):
         if sink is not None:
-            hub.add(sink)
+            reports.add_sink(sink)
         started_cpu, started = time.process_time_ns(), time.perf_counter_ns()
         cycles(params.block)
         cpu[name].append((time.process_time_ns() - started_cpu) / 1000 / params.block)
         wall[name].append((time.perf_counter_ns() - started) / 1000 / params.block)
         if sink is not None:
-            hub.remove(sink)
+            reports.remove_sink(sink)
             later[name].append(settle_us(sink, params.block))
     return {
         name: {
@@ -168,7 +168,6 @@ def hook_costs(params: Params, multiprocess: bool = False) -> dict[str, dict[str
     ``hook_pairs``, ``hook_repeats`` times per variant in rotation. Each variant's median CPU per
     pair over off's, and the ``settle()`` after each loop, per pair, in µs."""
     from django_redis_lock import Lock
-    from django_redis_lock.metrics import hub
     from django_redis_lock.primitives import reports
 
     variants = _sinks(multiprocess)
@@ -177,14 +176,14 @@ def hook_costs(params: Params, multiprocess: bool = False) -> dict[str, dict[str
     later: dict[str, list[float]] = {name: [] for name in variants}
     for name, sink in in_rotation(variants, params.hook_repeats):
         if sink is not None:
-            hub.add(sink)
+            reports.add_sink(sink)
         started = time.process_time_ns()
         for _ in range(params.hook_pairs):
             reports.acquired(lock, 0.0002, None)
             reports.released(lock, 0.0005)
         path[name].append((time.process_time_ns() - started) / 1000 / params.hook_pairs)
         if sink is not None:
-            hub.remove(sink)
+            reports.remove_sink(sink)
         later[name].append(settle_us(sink, params.hook_pairs))
     off = statistics.median(path["off (A)"] + path["off (B)"])
     return {
@@ -252,11 +251,11 @@ def multiprocess_part(url: str, params: Params) -> dict[str, dict[str, dict[str,
 
 def off_check_ns() -> float:
     """What one hook costs with the metrics off: the check ``reports.py`` makes."""
-    from django_redis_lock.metrics import hub
+    from django_redis_lock.primitives import reports
 
-    assert not hub.sinks
+    assert not reports.sinks
     number = 1_000_000
-    seconds = timeit.timeit("if hub.sinks: pass", globals={"hub": hub}, number=number)
+    seconds = timeit.timeit("if reports.sinks: pass", globals={"reports": reports}, number=number)
     empty = timeit.timeit("pass", number=number)
     return max(0.0, (seconds - empty) / number * 1e9)
 

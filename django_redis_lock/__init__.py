@@ -24,6 +24,7 @@ from .mixins import LockableModelMixin
 from .primitives.group import LockGroup, lock_many
 from .primitives.lock import Claim, Lock
 from .primitives.semaphore import Semaphore, semaphore
+from .registry import semaphores as semaphore_registry  # noqa: F401  (a kept import path)
 from .signals import (
     lock_acquired,
     lock_contended,

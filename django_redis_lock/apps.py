@@ -14,6 +14,6 @@ class DjangoRedisLockConfig(AppConfig):
         checks.register(check_cache, checks.Tags.caches)
         checks.register(check_socket_timeout, checks.Tags.caches, deploy=True)
 
-        from .metrics import hub
+        from .metrics import setup
 
-        hub.configure()  # the exporters DJANGO_REDIS_LOCK_METRICS names (none: no cost)
+        setup.configure()  # the exporters DJANGO_REDIS_LOCK_METRICS names (none: no cost)

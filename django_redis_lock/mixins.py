@@ -13,18 +13,20 @@
 
 The lock of a row is named ``<app_label>.<model_name>:<pk>[:<suffix>]`` and is re-entrant by
 default, so a locked method may call another locked method of the same row.
+
+``PreventDoubleSubmitMixin`` and ``release_after_transaction`` are importable from here too, as
+they always were (they live with the guards).
 """
 
 from __future__ import annotations
 
-import contextlib
-import weakref
-from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from collections.abc import Iterable
+from typing import Any
 
-from django.db import router, transaction
+from django.db import router
 
-from .exceptions import LockBackendError, LockNotOwned
+from .guards.double_submit import PreventDoubleSubmitMixin
+from .guards.transactions import release_after_transaction
 from .hints import check_names
 from .primitives.group import GROUP_OPTIONS, LockGroup, lock_many
 from .primitives.lock import LOCK_OPTIONS, Lock
@@ -98,81 +100,3 @@ class LockableModelMixin:
 
     def _lock_database(self) -> str:
         return self._state.db or router.db_for_write(type(self), instance=self)  # type: ignore[attr-defined,arg-type]
-
-
-class _ReleaseOnCommit:
-    """The on_commit callback. Django drops it unrun when the transaction (or the savepoint it
-    was registered in) rolls back; a finalizer then releases the lock all the same."""
-
-    def __init__(self, lock: Lock, state: dict[str, bool]) -> None:
-        self.lock = lock
-        self.state = state
-
-    def __call__(self) -> None:
-        _release_once(self.lock, self.state)
-
-
-def _release_once(lock: Lock, state: dict[str, bool]) -> None:
-    if state["released"]:
-        return
-    state["released"] = True
-    # Lost meanwhile (reported when it was lost), or Redis unreachable (the lease ends by itself).
-    with contextlib.suppress(LockNotOwned, LockBackendError):
-        lock.release()
-
-
-def release_after_transaction(lock: Lock, using: str | None = None) -> None:
-    """Release ``lock`` now, or, inside ``transaction.atomic``, when the transaction ends.
-
-    The writes made under the lock are only visible to the next holder once they are committed:
-    releasing before would let it read stale rows. On commit the lock is released after the
-    commit; on rollback (of the transaction, or of the savepoint the writes were in) as soon as
-    the writes are gone.
-    """
-    if not transaction.get_connection(using).in_atomic_block:
-        lock.release()
-        return
-    state = {"released": False}
-    callback = _ReleaseOnCommit(lock, state)
-    # Not a reference to the callback: the finalizer must not keep it alive.
-    weakref.finalize(callback, _release_once, lock, state)
-    transaction.on_commit(callback, using=using)
-
-
-class PreventDoubleSubmitMixin:
-    """``@prevent_double_submit`` for a class-based view (sync or async):
-
-        class CheckoutView(PreventDoubleSubmitMixin, FormView):
-            double_submit = {"key": "user", "hold": 10}
-
-    ``double_submit`` holds the decorator's options; the group defaults to the view class's
-    dotted name. Safe methods pass through as with the decorator.
-    """
-
-    double_submit: ClassVar[dict[str, Any]] = {}
-
-    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        guarded = type(self).__dict__.get("_guarded_dispatch")
-        if guarded is None:
-            guarded = self._guard_dispatch()
-            type.__setattr__(type(self), "_guarded_dispatch", guarded)
-        return guarded(request, *args, view=self, **kwargs)
-
-    @classmethod
-    def _guard_dispatch(cls) -> Callable[..., Any]:
-        from .guards.double_submit import prevent_double_submit
-
-        options = {"group": f"{cls.__module__}.{cls.__qualname__}", **cls.double_submit}
-
-        if getattr(cls, "view_is_async", False):
-
-            async def dispatch_async(request: Any, *args: Any, view: Any, **kwargs: Any) -> Any:
-                parent = super(PreventDoubleSubmitMixin, view)
-                return await parent.dispatch(request, *args, **kwargs)  # type: ignore[attr-defined]
-
-            return prevent_double_submit(**options)(dispatch_async)
-
-        def dispatch(request: Any, *args: Any, view: Any, **kwargs: Any) -> Any:
-            return super(PreventDoubleSubmitMixin, view).dispatch(request, *args, **kwargs)  # type: ignore[misc]
-
-        return prevent_double_submit(**options)(dispatch)

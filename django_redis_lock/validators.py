@@ -17,8 +17,10 @@ from django.utils.module_loading import import_string
 from .core import durations
 
 __all__ = [
+    "MIN_MEMBERS",
     "InvalidSetting",
     "boolean",
+    "checked_quorum",
     "choice",
     "integer",
     "optional_callable",
@@ -129,9 +131,28 @@ def integer(
     return validate
 
 
-def quorums(setting: str, value: Any) -> dict[str, tuple[str, ...]]:
-    from .backends.quorum import members  # the same rule as Lock(using=[...])
+# With two servers a majority is both: no server could fail, which is worse than one server.
+MIN_MEMBERS = 3
 
+
+def checked_quorum(value: Any) -> tuple[str, ...]:
+    """The cache aliases of a quorum, checked (``TypeError`` / ``ValueError``)."""
+    if not isinstance(value, list | tuple):
+        raise TypeError(f"A quorum is a list of cache aliases, not {type(value).__name__}.")
+    for alias in value:
+        if not isinstance(alias, str) or not alias:
+            raise TypeError(f"A quorum's members are cache aliases (non-empty str), not {alias!r}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"A quorum names each cache alias once, not {list(value)!r}.")
+    if len(value) < MIN_MEMBERS:
+        raise ValueError(
+            f"A quorum needs at least {MIN_MEMBERS} cache aliases on independent Redis servers, "
+            f"not {len(value)}: with 2, a majority is both, so neither server may fail."
+        )
+    return tuple(value)
+
+
+def quorums(setting: str, value: Any) -> dict[str, tuple[str, ...]]:
     if not isinstance(value, dict):
         raise InvalidSetting(
             setting,
@@ -146,7 +167,7 @@ def quorums(setting: str, value: Any) -> dict[str, tuple[str, ...]]:
                 problem="type",
             )  # fmt: skip
         try:
-            quorums[name] = members(aliases)
+            quorums[name] = checked_quorum(aliases)  # the rule of Lock(using=[...])
         except TypeError as exc:
             raise InvalidSetting(setting, f"[{name!r}]: {exc}", problem="type") from None
         except ValueError as exc:

@@ -13,8 +13,8 @@ from prometheus_client import REGISTRY
 
 from django_redis_lock import Lock, LockBackendError, Semaphore, lock_contended
 from django_redis_lock.core.labels import group_of, reason_kind
-from django_redis_lock.metrics import hub
 from django_redis_lock.metrics.opentelemetry import OpenTelemetrySink
+from django_redis_lock.primitives import reports
 from django_redis_lock.primitives.keys import lock_keys
 from tests.helpers import wait_until
 
@@ -34,9 +34,9 @@ def prometheus(settings):
 def otel_reader():
     reader = InMemoryMetricReader()
     sink = OpenTelemetrySink(MeterProvider(metric_readers=[reader]))
-    hub.add(sink)
+    reports.add_sink(sink)
     yield reader
-    hub.remove(sink)
+    reports.remove_sink(sink)
 
 
 def otel_points(reader, name):
@@ -194,13 +194,13 @@ def test_bad_metrics_settings_are_reported(settings, value, check_id):
     settings.DJANGO_REDIS_LOCK_METRICS = value
     try:
         assert check_id in {message.id for message in run_checks()}
-        assert hub.sinks == []  # none turned on, no crash
+        assert reports.sinks == []  # none turned on, no crash
     finally:
         settings.DJANGO_REDIS_LOCK_METRICS = []
 
 
 def test_off_by_default():
-    assert hub.sinks == []
+    assert reports.sinks == []
 
 
 def test_two_processes_in_multiprocess_mode_give_summed_counters(redis_url, tmp_path, monkeypatch):

@@ -14,10 +14,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry, values
 
 from django_redis_lock import Lock
-from django_redis_lock.metrics import hub
 from django_redis_lock.metrics.buffer import BufferedSink
 from django_redis_lock.metrics.opentelemetry import OpenTelemetrySink
 from django_redis_lock.metrics.prometheus import WAIT_BUCKETS, PrometheusSink
+from django_redis_lock.primitives import reports
 from tests import workers
 from tests.helpers import wait_until
 from tests.prometheus_events import HOLD_COUNT, HOLDS, WAITS, Theirs, feed, read_files, samples
@@ -115,13 +115,13 @@ def test_a_failing_exporter_drops_its_batch_but_not_the_lock(caplog):
             raise RuntimeError("exporter is broken")
 
     sink = Broken()
-    hub.add(sink)
+    reports.add_sink(sink)
     try:
         # Its wait, then its hold: the second append settles, and take() fails.
         with caplog.at_level(logging.ERROR, logger="django_redis_lock"), Lock("metrics:broken"):
             pass
     finally:
-        hub.remove(sink)
+        reports.remove_sink(sink)
     assert "Lock metrics: 2 events dropped" in caplog.text
     again = Lock("metrics:broken", wait=0)
     assert again.acquire()  # released all the same

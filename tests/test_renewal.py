@@ -20,9 +20,9 @@ from django_redis_lock import (
     LockNotOwned,
     aclose_async_redis_clients,
     lock_lost,
-    renewal,
 )
 from django_redis_lock.core.durations import clock_allowance
+from django_redis_lock.primitives import renewal
 from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.primitives.renewal import renewer
 from tests import workers

@@ -35,6 +35,9 @@ from django_redis.cache import RedisCache as DjangoRedisRedisCache
 from django_redis.client import ShardClient
 from redis import Redis
 from redis import connection as sync_connection
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.cluster import RedisCluster
 from redis.sentinel import SentinelConnectionPool
 
@@ -265,9 +268,6 @@ def _copyable(kwargs: dict[str, Any], target: Any) -> dict[str, Any]:
 
 
 def _async_cluster_twin(client: RedisCluster) -> AsyncClient:
-    from redis.asyncio.cluster import ClusterNode
-    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-
     manager = client.nodes_manager
     nodes = [ClusterNode(node.host, node.port) for node in manager.startup_nodes.values()]
     return AsyncRedisCluster(
@@ -276,8 +276,6 @@ def _async_cluster_twin(client: RedisCluster) -> AsyncClient:
 
 
 def _async_sentinel_twin(pool: Any) -> redis.asyncio.Redis:
-    from redis.asyncio.sentinel import Sentinel as AsyncSentinel
-
     manager = pool.sentinel_manager
     sentinels = [
         (sentinel.connection_pool.connection_kwargs["host"],

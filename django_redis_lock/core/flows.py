@@ -28,11 +28,11 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .lease import LockKeys
+from .plan import AcquirePlan
 from .release import Unconfirmed, end_reservation, extend, give_back, release
 from .replicas import check_replicas, confirm_handoff, confirmed
 from .replies import (
@@ -83,42 +83,6 @@ REPLY_FLOOR = 1.0
 RETRY_DELAY = (0.005, 0.03)
 # join.lua's modes.
 QUEUE, TAKE_OR_LEAVE, LEAVE = 1, 2, 3
-
-
-@dataclass(slots=True)
-class AcquirePlan:
-    """One acquisition: what to send, and the rules to follow."""
-
-    keys: LockKeys
-    token: str
-    lease_ms: int
-    record: str  # the owner record (lease.OwnerRecord.encode())
-    max_wait: float  # seconds; math.inf: for ever
-    clock: Callable[[], float]  # monotonic seconds
-    first: str = "set"  # the first try: a bare SET NX, "take" (take.lua) or "join" (queue)
-    queues: bool = True  # the backend has a queue to wait in (not quorum mode)
-    fencing: bool = False
-    want_result: bool = False  # answer with the guarded work's result when it is there
-    # The token is a job's (holds.job_token): a result answers only when it names the job.
-    job: bool = False
-    # Lease values (prefixes) taken over as if the lock were free: the job's reservation.
-    takeover: tuple[str, ...] = ()
-    only_takeover: bool = False  # a free lock is left free (a reservation renamed)
-    limit: int = 0  # a semaphore's number of permits (keys: core/permits.PermitKeys)
-    report_holder: Callable[[], bool] = lambda: False  # ask for the holder's record now?
-    # The first time we must wait: called with the plan and the holder's lease value (or None).
-    on_contended: Callable[[AcquirePlan, Any], None] = lambda plan, holder: None
-    retry_soon: Callable[[BaseException], bool] = lambda error: False  # e.g. TRYAGAIN
-    unreachable: Callable[[BaseException], bool] = lambda error: False  # no use telling it
-    replicas: int = 0
-    replica_timeout_ms: int = 0
-    started: float = field(default=0.0)
-    # Tokens of this process's earlier waits for this lock that could not step out of the line
-    # (Redis unreachable, the connection cut), each with when the queue stops counting it
-    # alive (monotonic): stepped out first, so that nobody waits behind a waiter that is gone.
-    strays: tuple[tuple[str, float], ...] = ()
-    # Called with the plan, a token and that time when a wait could not step out of the line.
-    strayed: Callable[[AcquirePlan, str, float], None] = lambda plan, token, until: None
 
 
 def _budget(remaining: float) -> float | None:

@@ -11,9 +11,21 @@ from __future__ import annotations
 import logging
 import threading
 
-__all__ = ["MAX_GROUPS", "OTHER", "bounded", "group_of", "reason_kind"]
+__all__ = [
+    "ACQUIRED",
+    "ERROR",
+    "MAX_GROUPS",
+    "OTHER",
+    "TIMED_OUT",
+    "bounded",
+    "group_of",
+    "reason_kind",
+]
 
 logger = logging.getLogger("django_redis_lock")
+
+# A wait's outcomes.
+ACQUIRED, TIMED_OUT, ERROR = "acquired", "timed_out", "error"
 
 MAX_GROUPS = 200
 OTHER = "other"

@@ -5,13 +5,11 @@ of the acquisition flow (``flows.py``); each gives the lease back and raises
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .plan import AcquirePlan
 from .release import Unconfirmed, release
 from .requests import Eval, Failover, Flow
-
-if TYPE_CHECKING:
-    from .flows import AcquirePlan
 
 __all__ = ["check_replicas", "confirm_handoff", "confirmed"]
 

@@ -26,6 +26,7 @@ from asgiref.sync import iscoroutinefunction
 from ..exceptions import LockError, LockLost, LockNotOwned
 from ..hints import check_names
 from ..primitives.lock import LOCK_OPTIONS, Lock
+from .transactions import release_after_transaction
 
 __all__ = ["held_each_call", "lock", "locked_method", "name_maker", "template_group"]
 
@@ -124,8 +125,6 @@ def locked_method(
 
         @functools.wraps(method)
         def wrapper(instance: Any, *args: Any, **kwargs: Any) -> Any:
-            from ..mixins import release_after_transaction
-
             row_lock = instance.lock(suffix, **options)
             database = instance._lock_database()
             row_lock.__enter__()  # raises LockNotAcquired with the holder when it must

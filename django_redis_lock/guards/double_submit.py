@@ -11,7 +11,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
@@ -23,7 +23,7 @@ from ..exceptions import LockBackendError, LockNotOwned
 from ..hints import hinted
 from ..primitives.lock import Claim, Lock
 from . import drf, replays, submissions
-from .negotiation import wants_json
+from .answers import duplicate_submission, wants_json
 
 __all__ = ["prevent_double_submit"]
 
@@ -195,8 +195,6 @@ class _Submission:
 
 
 def _duplicate_view() -> Callable[..., Any]:
-    from ..views import duplicate_submission
-
     return lock_settings.DUPLICATE_SUBMISSION_VIEW or duplicate_submission
 
 
@@ -297,3 +295,40 @@ def prevent_double_submit(
         return guarded  # type: ignore[return-value]
 
     return decorator
+
+
+class PreventDoubleSubmitMixin:
+    """``@prevent_double_submit`` for a class-based view (sync or async):
+
+        class CheckoutView(PreventDoubleSubmitMixin, FormView):
+            double_submit = {"key": "user", "hold": 10}
+
+    ``double_submit`` holds the decorator's options; the group defaults to the view class's
+    dotted name. Safe methods pass through as with the decorator.
+    """
+
+    double_submit: ClassVar[dict[str, Any]] = {}
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        guarded = type(self).__dict__.get("_guarded_dispatch")
+        if guarded is None:
+            guarded = self._guard_dispatch()
+            type.__setattr__(type(self), "_guarded_dispatch", guarded)
+        return guarded(request, *args, view=self, **kwargs)
+
+    @classmethod
+    def _guard_dispatch(cls) -> Callable[..., Any]:
+        options = {"group": f"{cls.__module__}.{cls.__qualname__}", **cls.double_submit}
+
+        if getattr(cls, "view_is_async", False):
+
+            async def dispatch_async(request: Any, *args: Any, view: Any, **kwargs: Any) -> Any:
+                parent = super(PreventDoubleSubmitMixin, view)
+                return await parent.dispatch(request, *args, **kwargs)  # type: ignore[attr-defined]
+
+            return prevent_double_submit(**options)(dispatch_async)
+
+        def dispatch(request: Any, *args: Any, view: Any, **kwargs: Any) -> Any:
+            return super(PreventDoubleSubmitMixin, view).dispatch(request, *args, **kwargs)  # type: ignore[misc]
+
+        return prevent_double_submit(**options)(dispatch)

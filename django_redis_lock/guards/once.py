@@ -28,6 +28,7 @@ from ..core import durations
 from ..exceptions import LockBackendError, LockNotOwned
 from ..hints import check_names, keyword_names
 from ..primitives.lock import Claim, Lock
+from .decorators import name_maker
 
 __all__ = ["run_once"]
 
@@ -131,8 +132,6 @@ class run_once:  # lower case: it is used like a function (decorator, context ma
     def __call__(self, func: Callable[P, Any]) -> Callable[P, Any]:
         """The decorated function runs once per key within ``ttl``; a duplicate call returns
         None (its type says so: ``R | None``)."""
-        from .decorators import name_maker
-
         make_key = name_maker(self.key, func)
 
         def for_call(*args: Any, **kwargs: Any) -> run_once:

@@ -25,6 +25,7 @@ from ..exceptions import LockNotAcquired
 from ..hints import hinted
 from ..primitives.lock import Lock
 from ..signals import run_skipped
+from .decorators import name_maker, template_group
 
 __all__ = ["SingleInstance", "current_job_id", "single_instance"]
 
@@ -94,8 +95,6 @@ class SingleInstance:
     def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]: ...
 
     def __call__(self, func: Callable[P, Any]) -> Callable[P, Any]:
-        from .decorators import name_maker, template_group
-
         make_name = name_maker(self.name, func)
         where = f"{func.__module__}.{func.__qualname__}"
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TypeAlias
 
-from .hub import TIMED_OUT
+from ..core.labels import TIMED_OUT
 
 __all__ = ["CONTENDED", "HELD", "LOST", "TIMED_OUT", "WAITED", "BufferedSink", "Event"]
 
@@ -42,7 +42,7 @@ Event: TypeAlias = tuple[str, tuple[str, ...], float]
 
 
 class BufferedSink:
-    """A :class:`~django_redis_lock.metrics.hub.Sink` that appends. :meth:`take` adds the
+    """A :class:`~django_redis_lock.primitives.reports.Sink` that appends. :meth:`take` adds the
     events up, always under one lock, in the order they happened: the counters here, in
     ``counts`` (``CONTENDED``, ``TIMED_OUT``, ``LOST`` -> label values -> count), each wait and
     hold through the exporter's :meth:`observe`."""

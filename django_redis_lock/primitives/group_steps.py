@@ -1,4 +1,4 @@
-"""The steps of a ``lock_many`` acquisition (``groups.LockGroup``), and the two objects that
+"""The steps of a ``lock_many`` acquisition (``group.LockGroup``), and the two objects that
 carry them out: one blocking, one for asyncio, each given to the drivers of
 ``backends/drivers.py`` as a flow's backend. The group decides the steps; these only do them.
 """
@@ -6,20 +6,19 @@ carry them out: one blocking, one for asyncio, each given to the drivers of
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
 from ..backends import async_backend_for, backend_of
 from ..backends.clients import async_lock_client
 from ..backends.drivers import arun, run
-from ..core.many import take_in_order
+from ..core.many import TakenInOrder, take_in_order
+from ..exceptions import LockBackendError
+from .claims import Pending
 from .lock import Lock
 
-if TYPE_CHECKING:
-    from .group import LockGroup
-
-__all__ = ["AsyncMembers", "ClaimOne", "Members", "TakeFree", "Undo"]
+__all__ = ["AsyncMembers", "ClaimOne", "Group", "Members", "TakeFree", "Undo"]
 
 
 @dataclass(eq=False)
@@ -47,10 +46,23 @@ class Undo:
     member: Lock
 
 
+class Group(Protocol):
+    """What the steps ask of the group they carry out (``LockGroup``'s seam): which members
+    one script takes, what to hold once it took them, and the error to raise."""
+
+    def prepared(self, step: TakeFree) -> list[tuple[Lock, Pending]]: ...
+
+    def settle(
+        self, step: TakeFree, pendings: list[tuple[Lock, Pending]], taken: TakenInOrder
+    ) -> None: ...
+
+    def backend_error(self, exc: BaseException) -> LockBackendError: ...
+
+
 class Members:
     """Carries a group's steps out, blocking (``drivers.run``)."""
 
-    def __init__(self, group: LockGroup) -> None:
+    def __init__(self, group: Group) -> None:
         self.group = group
 
     def perform(self, step: Any) -> Any:

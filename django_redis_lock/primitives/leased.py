@@ -17,9 +17,9 @@ from redis.exceptions import RedisError
 from ..backends import async_backend_for, backend_of
 from ..backends.clients import async_lock_client
 from ..backends.drivers import arun, run
-from ..backends.quorum import members as checked_quorum
 from ..core import durations, flows
 from ..exceptions import LockBackendError, LockNotOwned
+from ..validators import checked_quorum
 from .claims import Claim, Pending
 from .holding import Holding
 from .holds import current_owner

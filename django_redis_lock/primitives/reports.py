@@ -1,8 +1,13 @@
-"""What a lock tells the world about itself: its log lines and signals, in one place.
+"""What a lock tells the world about itself: its log lines, signals and metric events, in one
+place.
 
-The lock's bookkeeping (``holding.py``) calls one function here at each moment of a hold's life
-(contended, acquired, gave up, released, lost), so every primitive built on it reports the same
-way, and whatever else wants to know (metrics) has one place to hook in.
+The lock's bookkeeping calls one function here at each moment of a hold's life (contended,
+acquired, gave up, released, lost), so every primitive built on it reports the same way.
+
+Metrics hook in as *sinks*: with none on, ``sinks`` is empty and an event costs one truthiness
+check. The exporters (``metrics/``) add themselves when ``DJANGO_REDIS_LOCK_METRICS`` names them
+(``metrics/setup.py``, from the app's ``ready()``); tests and custom setups may
+:func:`add_sink` their own. The lock's path never imports an exporter.
 """
 
 from __future__ import annotations
@@ -14,14 +19,16 @@ from typing import Any, Protocol
 from .. import signals
 from ..core.durations import readable
 from ..core.flows import Unconfirmed
+from ..core.labels import ACQUIRED, ERROR, TIMED_OUT, bounded, reason_kind
 from ..core.lease import decode_lease
 from ..exceptions import LockBackendError
-from ..metrics import hub as metrics
 
 __all__ = [
     "Reported",
+    "Sink",
     "acquire_failed",
     "acquired",
+    "add_sink",
     "backend_error",
     "contended",
     "contention_observed",
@@ -30,6 +37,8 @@ __all__ = [
     "lost",
     "owner_of",
     "released",
+    "remove_sink",
+    "sinks",
 ]
 
 logger = logging.getLogger("django_redis_lock")
@@ -45,7 +54,43 @@ class Reported(Protocol):
     def label(self) -> str | None: ...
 
     @property
-    def group(self) -> str: ...  # for metrics: its name's template (metrics/labels.py)
+    def group(self) -> str: ...  # for metrics: its name's template (core/labels.py)
+
+
+class Sink(Protocol):
+    """An exporter: where the metric events go. ``kind``: "lock", "semaphore"...; ``group``:
+    the lock's group (``core/labels.py``), already bounded."""
+
+    def waited(self, kind: str, group: str, outcome: str, seconds: float) -> None: ...
+
+    def held(self, kind: str, group: str, seconds: float) -> None: ...
+
+    def contended(self, kind: str, group: str) -> None: ...
+
+    def lost(self, kind: str, group: str, reason: str) -> None: ...
+
+
+sinks: list[Sink] = []
+
+
+def add_sink(sink: Sink) -> None:
+    if sink not in sinks:
+        sinks.append(sink)
+
+
+def remove_sink(sink: Sink) -> None:
+    if sink in sinks:
+        sinks.remove(sink)
+
+
+def _labels(lock: Reported) -> tuple[str, str]:
+    return type(lock).__name__.lower(), bounded(lock.group)
+
+
+def _waited(lock: Reported, outcome: str, seconds: float) -> None:
+    kind, group = _labels(lock)
+    for sink in sinks:
+        sink.waited(kind, group, outcome, seconds)
 
 
 def owner_of(value: Any, name: str) -> dict[str, Any] | None:
@@ -66,8 +111,10 @@ def contention_observed() -> bool:
 
 def contended(lock: Reported, max_wait: float, holder: Any) -> None:
     """``lock`` is held by someone else, and we wait for it (``holder``: their lease value)."""
-    if metrics.sinks:
-        metrics.contended(lock)
+    if sinks:
+        kind, group = _labels(lock)
+        for sink in sinks:
+            sink.contended(kind, group)
     owner = owner_of(holder, lock.name)
     described = owner or {}
     logger.info(
@@ -85,8 +132,8 @@ def gave_up(lock: Reported, max_wait: float) -> None:
     is told (``LockNotAcquired``, or a guard's own handling, such as a command's exit status),
     and handles it; a WARNING would reach stderr through logging's last-resort handler in a
     project without ``LOGGING``, which a cron job mails, even with ``--verbosity 0``."""
-    if metrics.sinks:
-        metrics.waited(lock, metrics.TIMED_OUT, max_wait)
+    if sinks:
+        _waited(lock, TIMED_OUT, max_wait)
     if max_wait > 0:
         logger.info("Gave up on lock %r after waiting %s", lock.name, readable(max_wait))
 
@@ -94,14 +141,14 @@ def gave_up(lock: Reported, max_wait: float) -> None:
 def acquire_failed(lock: Reported, waited: float) -> None:
     """An acquisition ended in an error (Redis unreachable...), after ``waited`` seconds: the
     caller gets the error; only the metrics are told here."""
-    if metrics.sinks:
-        metrics.waited(lock, metrics.ERROR, waited)
+    if sinks:
+        _waited(lock, ERROR, waited)
 
 
 def acquired(lock: Reported, waited: float, fence: int | None) -> None:
     """``lock`` is ours (``waited``: 0.0 for a re-entry)."""
-    if metrics.sinks:
-        metrics.waited(lock, metrics.ACQUIRED, waited)
+    if sinks:
+        _waited(lock, ACQUIRED, waited)
     logger.debug("Acquired lock %r after %.3fs", lock.name, waited)
     if signals.lock_acquired.receivers:
         signals.lock_acquired.send(
@@ -111,8 +158,10 @@ def acquired(lock: Reported, waited: float, fence: int | None) -> None:
 
 
 def released(lock: Reported, held: float) -> None:
-    if metrics.sinks:
-        metrics.held(lock, held)
+    if sinks:
+        kind, group = _labels(lock)
+        for sink in sinks:
+            sink.held(kind, group, held)
     logger.debug("Released lock %r after %.3fs", lock.name, held)
     if signals.lock_released.receivers:
         signals.lock_released.send(
@@ -123,8 +172,10 @@ def released(lock: Reported, held: float) -> None:
 def lost(lock: Reported, held: float, reason: str) -> None:
     """A hold ended without our release: loudly (ERROR log, ``lock_lost``). Called once per
     hold (the caller sees to that)."""
-    if metrics.sinks:
-        metrics.lost(lock, reason)
+    if sinks:
+        kind, group = _labels(lock)
+        for sink in sinks:
+            sink.lost(kind, group, reason_kind(reason))
     logger.error(
         "Lost lock %r (label %r) after holding it %s: %s. Work done under it may have "
         "overlapped another holder's.",

@@ -13,6 +13,7 @@ from .locks import (
     iter_locks,
     page,
     release_job,
+    waiting,
 )
 from .semaphores import SemaphoreInfo, force_release_permit, get_semaphore, iter_semaphores
 
@@ -29,4 +30,5 @@ __all__ = [
     "iter_semaphores",
     "page",
     "release_job",
+    "waiting",
 ]

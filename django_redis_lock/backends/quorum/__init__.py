@@ -7,6 +7,6 @@
 
 from __future__ import annotations
 
-from .client import MIN_MEMBERS, AsyncQuorumClient, QuorumClient, QuorumUnavailable, members
+from .client import AsyncQuorumClient, QuorumClient, QuorumUnavailable
 
-__all__ = ["MIN_MEMBERS", "AsyncQuorumClient", "QuorumClient", "QuorumUnavailable", "members"]
+__all__ = ["AsyncQuorumClient", "QuorumClient", "QuorumUnavailable"]

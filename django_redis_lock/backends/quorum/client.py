@@ -50,33 +50,13 @@ from ...core.lease import LockKeys
 from ..scripts import EXTEND, RELEASE, TAKE, Script
 from .broadcast import Broadcaster, Replies, Silent, answered
 
-__all__ = ["MIN_MEMBERS", "AsyncQuorumClient", "QuorumClient", "QuorumUnavailable", "members"]
-
-# With two servers a majority is both: no server could fail, which is worse than one server.
-MIN_MEMBERS = 3
+__all__ = ["AsyncQuorumClient", "QuorumClient", "QuorumUnavailable"]
 
 logger = logging.getLogger("django_redis_lock")
 
 
 class QuorumUnavailable(RedisConnectionError):
     """Too few servers of a quorum answered to reach a majority either way."""
-
-
-def members(value: Any) -> tuple[str, ...]:
-    """The cache aliases of a quorum, checked (``TypeError`` / ``ValueError``)."""
-    if not isinstance(value, list | tuple):
-        raise TypeError(f"A quorum is a list of cache aliases, not {type(value).__name__}.")
-    for alias in value:
-        if not isinstance(alias, str) or not alias:
-            raise TypeError(f"A quorum's members are cache aliases (non-empty str), not {alias!r}")
-    if len(set(value)) != len(value):
-        raise ValueError(f"A quorum names each cache alias once, not {list(value)!r}.")
-    if len(value) < MIN_MEMBERS:
-        raise ValueError(
-            f"A quorum needs at least {MIN_MEMBERS} cache aliases on independent Redis servers, "
-            f"not {len(value)}: with 2, a majority is both, so neither server may fail."
-        )
-    return tuple(value)
 
 
 def _is_list(reply: Any) -> bool:
