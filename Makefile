@@ -17,7 +17,7 @@ help:
 	@echo "make demo   serve the example project on http://127.0.0.1:$(PORT)/ (make demo PORT=8001; embedded Redis unless REDIS_URL is set)"
 	@echo "make test   run the whole test suite against private redis-server processes"
 	@echo "make simulate  a campaign of the protocol's simulation: 100,000 schedules per workload and topology, faults on (SCHEDULES=n WORKLOAD=w TOPOLOGY=t FAULTS=off; SEED=n replays one, with its trace)"
-	@echo "make lint   ruff and mypy"
+	@echo "make lint   ruff, mypy and the import contracts (lint-imports)"
 	@echo "make tox    the Python x Django matrix (a missing Python fails it; SKIP_MISSING=1 skips instead)"
 	@echo "make bench  compare the lock with other Redis locks, the task guards with celery-once and celery-singleton, the semaphore, dead waiters and faults, and the metrics (~18 minutes), writes benchmarks/results*.md"
 
@@ -48,6 +48,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	PYTHONPATH=. $(BIN)/lint-imports
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .

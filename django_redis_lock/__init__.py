@@ -13,7 +13,7 @@ from .exceptions import (
     LockNotOwned,
 )
 from .guards.cache import get_or_set_locked
-from .guards.decorators import lock, locked_method
+from .guards.decorators import lock, locked_method, semaphore
 from .guards.double_submit import prevent_double_submit
 from .guards.fencing import fenced_update
 from .guards.once import run_once
@@ -23,7 +23,7 @@ from .management.base import AlreadyRunning, SingleInstanceCommand, SingleInstan
 from .mixins import LockableModelMixin
 from .primitives.group import LockGroup, lock_many
 from .primitives.lock import Claim, Lock
-from .primitives.semaphore import Semaphore, semaphore
+from .primitives.semaphore import Semaphore
 from .registry import semaphores as semaphore_registry  # noqa: F401  (a kept import path)
 from .signals import (
     lock_acquired,

@@ -26,9 +26,17 @@ from asgiref.sync import iscoroutinefunction
 from ..exceptions import LockError, LockLost, LockNotOwned
 from ..hints import check_names
 from ..primitives.lock import LOCK_OPTIONS, Lock
+from ..primitives.semaphore import SEMAPHORE_OPTIONS, Semaphore
 from .transactions import release_after_transaction
 
-__all__ = ["held_each_call", "lock", "locked_method", "name_maker", "template_group"]
+__all__ = [
+    "held_each_call",
+    "lock",
+    "locked_method",
+    "name_maker",
+    "semaphore",
+    "template_group",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -150,3 +158,14 @@ def locked_method(
         return wrapper  # type: ignore[return-value]
 
     return decorator
+
+
+def semaphore(name: str | Callable[..., str], *, limit: int, **options: Any) -> Callable[[F], F]:
+    """Run each call of the decorated function (sync or async) holding a permit of semaphore
+    ``name``: a plain string, a ``str.format`` template over the call's arguments, or a
+    callable (as ``@lock``'s). ``options`` are :class:`Semaphore`'s, checked when the
+    decorator is applied. Raises ``LockNotAcquired`` when no permit frees within ``wait``."""
+    check_names(options, "@semaphore()", takes=SEMAPHORE_OPTIONS)
+    Semaphore("validate-options", limit=limit, **options)
+    options.setdefault("group", template_group(name))
+    return held_each_call(name, functools.partial(Semaphore, limit=limit, **options))

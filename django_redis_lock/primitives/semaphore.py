@@ -33,7 +33,6 @@ from ..backends import backend_of
 from ..backends.clients import LockAlias
 from ..core.permits import Permit, PermitKeys, decode_permit
 from ..core.requests import Pipeline
-from ..guards.decorators import held_each_call, template_group
 from ..hints import check_names, keyword_names
 from .keys import permit_keys
 from .leased import Leased
@@ -44,7 +43,6 @@ __all__ = [
     "Semaphore",
     "SemaphoreState",
     "read_state",
-    "semaphore",
     "state_commands",
     "state_from",
 ]
@@ -231,14 +229,3 @@ def _text(value: bytes | str) -> str:
 # @semaphore(name, limit=..., **options) passes on to it.
 _KEYWORDS = keyword_names(Semaphore.__init__)
 SEMAPHORE_OPTIONS = _KEYWORDS - {"name"}
-
-
-def semaphore(name: str | Callable[..., str], *, limit: int, **options: Any) -> Callable[[F], F]:
-    """Run each call of the decorated function (sync or async) holding a permit of semaphore
-    ``name``: a plain string, a ``str.format`` template over the call's arguments, or a
-    callable (as ``@lock``'s). ``options`` are :class:`Semaphore`'s, checked when the
-    decorator is applied. Raises ``LockNotAcquired`` when no permit frees within ``wait``."""
-    check_names(options, "@semaphore()", takes=SEMAPHORE_OPTIONS)
-    Semaphore("validate-options", limit=limit, **options)
-    options.setdefault("group", template_group(name))
-    return held_each_call(name, functools.partial(Semaphore, limit=limit, **options))
