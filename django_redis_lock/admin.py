@@ -5,9 +5,9 @@ its permissions: ``view_heldlock`` to see it, ``release_lock`` to force-release.
 read from the database: ``changelist_view`` pages through ``lock_registry.page()``. A release goes
 through a confirmation page, is a POST (CSRF-protected), deletes a lock only if it still has
 the token that was shown, and leaves an admin ``LogEntry``. A semaphore's page lists its
-holders (``semaphore_registry.py``); one permit is force-released the same way.
+holders (``registry/semaphores.py``); one permit is force-released the same way.
 
-The "Hot locks" page (``hot/``) is a census of the whole namespace (``census.py``, the
+The "Hot locks" page (``hot/``) is a census of the whole namespace (``registry/census.py``, the
 figures the gauges export): most waiters now, oldest holds, leases about to end, and held and
 waiting by group. It refreshes itself every few seconds until the user turns that off
 (``?refresh=off``), as the list can be asked to (``?refresh=5``).
@@ -185,7 +185,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return TemplateResponse(request, _TEMPLATES + "change_list.html", context)
 
     def hot_view(self, request: HttpRequest) -> HttpResponse:
-        """Contention now: a census of every lock and semaphore (``census.py``)."""
+        """Contention now: a census of every lock and semaphore (``registry/census.py``)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         found, error = None, None

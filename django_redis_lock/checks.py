@@ -17,7 +17,7 @@ django_redis_lock.W002     (``--deploy``) a lock cache without a socket timeout
 =========================  =================================================================
 
 The words come from the same validation that runs when a setting is read (``conf.py``) and
-when a connection is made (``connection.py``), so the check and the runtime error agree.
+when a connection is made (``backends/clients.py``), so the check and the runtime error agree.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from .hints import hinted
 from .task_guards import framework, reservations
 
 # Django 6.0+ has django.tasks; before it, the django-tasks backport has the same API (typed
-# here as Django's). Without either, stand-ins that refuse to be used (task_framework.py).
+# here as Django's). Without either, stand-ins that refuse to be used (task_guards/framework.py).
 if TYPE_CHECKING or framework.MODULE == "django.tasks":
     from django.tasks import task_backends
     from django.tasks.backends.base import BaseTaskBackend

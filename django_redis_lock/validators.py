@@ -69,7 +69,7 @@ def string(*, forbidden: str = "") -> Callable[[str, Any], str]:
 
 def seconds(*, wait: bool) -> Callable[[str, Any], float]:
     def validate(setting: str, value: Any) -> float:
-        # The same rule, and words, as a Lock's own arguments (durations.py).
+        # The same rule, and words, as a Lock's own arguments (core/durations.py).
         error: Exception
         try:
             return durations.seconds(value, setting, wait=wait)

@@ -21,8 +21,8 @@ from django_redis_lock import (
     aclose_async_redis_clients,
     lock_lost,
 )
+from django_redis_lock.backends import ServerBackend
 from django_redis_lock.core.durations import clock_allowance
-from django_redis_lock.primitives import renewal
 from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.primitives.renewal import renewer
 from tests import workers
@@ -155,14 +155,14 @@ def test_an_unexpected_error_is_a_failed_renewal_not_a_spinning_thread(
     the lock is reported lost when its lease would have ended."""
     calls = []
 
-    def broken(backend, leases, lengths):
+    def broken(backend, leases, lengths):  # a backend's renew()
         calls.append(time.monotonic())
         raise RuntimeError("not a RedisError")
 
     settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
     held = Lock("unexpected-error")
     held.acquire()
-    monkeypatch.setattr(renewal, "_extend_all", broken)
+    monkeypatch.setattr(ServerBackend, "renew", broken)
     assert losses.event.wait(3)
     assert held.lost
     assert losses == [("unexpected-error", losses[0][1])]

@@ -12,13 +12,14 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from ..conf import PREFIX
-from .clients import LockAlias, lock_client
+from .base import Backend
+from .clients import LockAlias, async_lock_client, lock_client
 from .cluster import AsyncClusterBackend, ClusterBackend
 from .quorum import AsyncQuorumClient, QuorumClient
 from .quorum.backend import AsyncQuorumBackend, QuorumBackend
-from .server import AsyncServerBackend, Backend, ServerBackend
+from .server import AsyncServerBackend, ServerBackend
 
-__all__ = ["async_backend_for", "backend_for", "backend_of"]
+__all__ = ["async_backend_for", "async_backend_of", "backend_for", "backend_of"]
 
 _backends: weakref.WeakKeyDictionary[Any, Backend] = weakref.WeakKeyDictionary()
 
@@ -42,13 +43,13 @@ def _chosen(client: Any, kinds: tuple[tuple[type, type[Backend]], ...], default:
 
 
 def backend_for(client: Any) -> ServerBackend:
-    """The backend for a client of ``connection.lock_client()`` (or of one server)."""
+    """The backend for a client of ``clients.lock_client()`` (or of one server)."""
     backend: ServerBackend = _chosen(client, _SYNC, ServerBackend)
     return backend
 
 
 def async_backend_for(client: Any) -> AsyncServerBackend:
-    """:func:`backend_for` for a client of ``connection.async_lock_client()``."""
+    """:func:`backend_for` for a client of ``clients.async_lock_client()``."""
     backend: AsyncServerBackend = _chosen(client, _ASYNC, AsyncServerBackend)
     return backend
 
@@ -57,12 +58,18 @@ _by_alias: dict[LockAlias, ServerBackend] = {}
 
 
 def backend_of(alias: LockAlias) -> ServerBackend:
-    """The backend of the locks of ``alias`` (``connection.lock_client``), kept until the
+    """The backend of the locks of ``alias`` (``clients.lock_client``), kept until the
     settings change."""
     backend = _by_alias.get(alias)
     if backend is None:
         backend = _by_alias[alias] = backend_for(lock_client(alias))
     return backend
+
+
+def async_backend_of(alias: LockAlias) -> AsyncServerBackend:
+    """:func:`backend_of` for asyncio. Its client is one per event loop
+    (``clients.async_lock_client``), so the backend is found by its client each time."""
+    return async_backend_for(async_lock_client(alias))
 
 
 @receiver(setting_changed)

@@ -14,9 +14,12 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from ..core.requests import Block, Eval, Request
+from ..core.requests import Block, Eval
+from ..core.schedule import RenewedLease
+from .base import one_by_one, shortened
+from .renewals import extend_on_nodes
 from .scripts import Script
-from .server import AsyncServerBackend, ServerBackend, one_by_one, shortened
+from .server import AsyncServerBackend, Server, ServerBackend
 from .waits import await_wake_on_cluster, wait_for_wake
 from .wire import (
     aexecute_on_cluster,
@@ -32,7 +35,7 @@ __all__ = ["AsyncClusterBackend", "ClusterBackend", "one_slot"]
 
 def one_slot(keys: Sequence[str]) -> bool:
     """Whether ``keys`` are all in one hash slot, so that one script may touch them all (names
-    sharing a hash tag of their own, keys.py)."""
+    sharing a hash tag of their own, primitives/keys.py)."""
     return len({key_slot(key.encode("utf-8", "surrogatepass")) for key in keys}) <= 1
 
 
@@ -83,6 +86,18 @@ class ClusterBackend(ServerBackend):
     def follow_primary(self) -> None:
         """The Cluster client follows failovers itself (MOVED, and its slot map)."""
 
+    def servers(self) -> list[Server]:
+        """Every primary: each holds the keys of its slots."""
+        primaries = self.client.get_primaries()
+        return [Server(node.name, self.client.get_redis_connection(node)) for node in primaries]
+
+    def server_of(self, key: str) -> Any:
+        return node_client(self.client, key)
+
+    def extend_leases(self, leases: list[RenewedLease], lengths: list[int]) -> list[Any]:
+        """One round trip per node (a script may only touch the keys of one slot)."""
+        return extend_on_nodes(self.client, leases, lengths)
+
     def run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
         # In two round trips: the script through the Cluster client, which follows MOVED and
         # ASK (a slot being moved), then the wait on the node's own connection.
@@ -117,10 +132,8 @@ class AsyncClusterBackend(AsyncServerBackend):
         seconds, exact = shortened(request, reply)
         return reply, await self.wait(request.key, seconds, exact)
 
-    async def perform(self, request: Request) -> Any:
-        if isinstance(request, Eval) and request.replicas:
-            raise ImproperlyConfigured(
-                "DJANGO_REDIS_LOCK_MIN_REPLICAS is not supported by the async API on a Redis "
-                "Cluster yet: use the sync API (or sync_to_async) for these locks."
-            )
-        return await super().perform(request)
+    async def acknowledged(self, *args: Any, **options: Any) -> tuple[Any, int]:
+        raise ImproperlyConfigured(
+            "DJANGO_REDIS_LOCK_MIN_REPLICAS is not supported by the async API on a Redis "
+            "Cluster yet: use the sync API (or sync_to_async) for these locks."
+        )

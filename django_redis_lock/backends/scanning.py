@@ -1,7 +1,7 @@
 """A ``SCAN`` that reads what each batch of keys needs as it goes: for the census
-(``census.py``), which must not wait on the server and decode in turns.
+(``registry/census.py``), which must not wait on the server and decode in turns.
 
-Built on ``commands.py``'s connection handling: each command sent once, on a pooled connection
+Built on ``wire.py``'s connection handling: each command sent once, on a pooled connection
 (``borrowed``) that is dropped if the loop stops with a reply still on its way.
 """
 

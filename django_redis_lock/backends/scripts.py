@@ -161,7 +161,7 @@ end"""
 
 # Prepended to every script. duration(): the milliseconds a script is given are checked before
 # anything is written (Lua does not roll back, so an expiry Redis refused after a write would
-# leave a key of ours without one); durations.py has checked them already, this is the last
+# leave a key of ours without one); core/durations.py has checked them already, this is the last
 # line. lease_fields(): the parts of a lease value. server_time(): now, in ms and in µs.
 # job_of(): the job id a token starts with (core/lease.py), or nil. taken_over(): whether a
 # lease value starts with one of ARGV[first], ARGV[first + 1]...: a job's reservation, which the

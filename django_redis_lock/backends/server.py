@@ -1,33 +1,21 @@
-"""One Redis server, directly or through Sentinel: :class:`ServerBackend` and its async twin,
-and :class:`Backend`, what every topology's backend shares (see ``__init__.py``).
-
-A backend carries out the core's requests (``core/requests.py``) by a handful of methods that
-each topology implements its own way (``send``, ``send_many``, ``run_script``,
-``acknowledged``, ``wait``, ``drop_stale``, ``follow_primary``); ``perform`` maps a request
-onto them, once for all. The commands go out through ``commands.py`` (each sent once, on a
-pooled connection), the scripts through ``scripts.py``, the waits through ``waits.py``.
+"""One Redis server, directly or through Sentinel (a ``redis.Redis`` client):
+:class:`ServerBackend` and its async twin. The commands go out through ``wire.py`` (each sent
+once, on a pooled connection), the scripts through ``scripts.py``, the waits through
+``waits.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from redis.exceptions import ClusterError, NoScriptError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import NoScriptError
 
-from ..core.requests import Block, Command, Eval, Failover, Pipeline, Request
-from .scripts import (
-    EXTEND,
-    JOIN,
-    PERMIT_ACQUIRE,
-    PERMIT_EXTEND,
-    PERMIT_RELEASE,
-    RELEASE,
-    TAKE,
-    TAKE_MANY,
-    Script,
-)
+from ..core.requests import Block, Eval, Request
+from ..core.schedule import RenewedLease
+from .base import SCRIPTS, Backend, silent
+from .renewals import extend_many, renew
+from .scripts import Script
 from .waits import arun_then_wait, await_wake, run_then_wait, wait_for_wake
 from .wire import (
     adrop_stale_connections,
@@ -39,91 +27,20 @@ from .wire import (
     follow_sentinel,
 )
 
-__all__ = [
-    "SCRIPTS",
-    "AsyncServerBackend",
-    "Backend",
-    "ServerBackend",
-    "one_by_one",
-    "shortened",
-]
-
-SCRIPTS: dict[str, Script] = {
-    script.name: script
-    for script in (
-        TAKE,
-        TAKE_MANY,
-        JOIN,
-        RELEASE,
-        EXTEND,
-        PERMIT_ACQUIRE,
-        PERMIT_RELEASE,
-        PERMIT_EXTEND,
-    )
-}
+__all__ = ["AsyncServerBackend", "Server", "ServerBackend"]
 
 
-def _grants(reply: Any) -> bool:
-    """A reply worth confirming by replicas: a lease granted or extended."""
-    return bool(reply == 1 or (isinstance(reply, list) and reply[0] == 1))
+class Server(NamedTuple):
+    """One server that holds keys of ours: a name for people, and a plain client of it."""
+
+    name: str
+    client: Any
 
 
-def _silent(give_back: Eval | None) -> Callable[[], Sequence[Any]] | None:
-    if give_back is None:
-        return None
-    script = SCRIPTS[give_back.script]
-    return lambda: script.command(give_back.keys, give_back.args)
-
-
-def shortened(request: Block, reply: Any) -> tuple[float, bool]:
-    """How long a block sent after ``request.first`` lasts, given its reply: ``after_first``
-    is called with it (before the block, whose length it may shorten)."""
-    limit = request.after_first(reply) if request.after_first is not None else request.seconds
-    if limit < request.seconds:
-        return max(limit, 0.001), True
-    return request.seconds, request.exact
-
-
-def one_by_one(send: Callable[..., Any], commands: Sequence[Sequence[Any]]) -> list[Any]:
-    """``send_many`` where commands cannot share a round trip: each ``send``, error replies
-    in place."""
-    replies: list[Any] = []
-    for command in commands:
-        try:
-            replies.append(send(*command))
-        except ResponseError as error:
-            replies.append(error)
-    return replies
-
-
-class Backend:
-    """What every backend, sync or async, tells the flows about its topology."""
-
-    queues = True  # waiters queue and are woken (quorum mode polls instead)
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.client!r}>"
-
-    @staticmethod
-    def retry_soon(error: BaseException) -> bool:
-        """Redis Cluster's ``TRYAGAIN``: the lock's slot is being moved, some of its keys are
-        here and some there; asking again shortly works. (redis-py's Cluster clients retry it
-        themselves for a while, then give up with "TTL exhausted".)"""
-        if isinstance(error, ClusterError):
-            return "TTL exhausted" in str(error)
-        return isinstance(error, ResponseError) and str(error).startswith("TRYAGAIN")
-
-    def one_script(self, keys: Sequence[str]) -> bool:
-        """Whether one script may touch all of ``keys`` (``lock_many``): on one server, yes."""
-        return True
-
-    @staticmethod
-    def unreachable(error: BaseException) -> bool:
-        """No use sending anything more now (telling the queue we leave, say)."""
-        return isinstance(error, RedisTimeoutError)
+def server_name(client: Any) -> str:
+    """``host:port`` (or the socket path) of a plain client, for people."""
+    kwargs = client.connection_pool.connection_kwargs
+    return f"{kwargs.get('host', kwargs.get('path', '?'))}:{kwargs.get('port', '')}"
 
 
 class ServerBackend(Backend):
@@ -168,49 +85,56 @@ class ServerBackend(Backend):
         follow_sentinel(self.client.connection_pool)
 
     def perform(self, request: Request) -> Any:
-        kind = type(request)
-        if kind is Command:
-            assert isinstance(request, Command)
-            return self.send(
-                *request.args,
-                reply_timeout=request.reply_timeout, if_silent=_silent(request.give_back),
-            )  # fmt: skip
-        if kind is Eval:
-            assert isinstance(request, Eval)
-            script = SCRIPTS[request.script]
-            if request.replicas:
-                return self.acknowledged(
-                    script, request.keys, request.args, request.replicas,
-                    request.replica_timeout_ms, _grants,
-                )  # fmt: skip
-            return self.run_script(
-                script, request.keys, request.args,
-                reply_timeout=request.reply_timeout, if_silent=_silent(request.give_back),
-            )  # fmt: skip
-        if kind is Block:
-            assert isinstance(request, Block)
-            if request.first is not None:
-                return self.run_then_wait(request, request.first)
-            return self.wait(request.key, request.seconds, request.exact)
-        if kind is Pipeline:
-            assert isinstance(request, Pipeline)
-            return self.send_many(request.commands)
-        if kind is Failover:
-            assert isinstance(request, Failover)
-            self.drop_stale(request.key)
-            return None
-        raise TypeError(f"{type(self).__name__} cannot carry out {request!r}")
+        method, arguments, options = self.operation(request)
+        return method(*arguments, **options)
+
+    # What the readers of live state and the watchdog ask of the topology.
+
+    #: Quorum mode: how many of :meth:`servers` must answer for a read to be sure, each lock
+    #: being on a majority of them. None: each key is on one server, which must answer.
+    majority: int | None = None
+
+    def servers(self) -> list[Server]:
+        """The servers that hold our keys (what ``SCAN`` must visit): this one."""
+        return [Server(server_name(self.client), self.client)]
+
+    def server_of(self, key: str) -> Any:
+        """A plain client of the server that holds ``key``."""
+        return self.client
+
+    def read_first(self, key: str, read: Callable[[Any], Any]) -> Any:
+        """``read(server)`` on the server of ``key``; in quorum mode, on the first that answers
+        with something (None: nothing there), as long as a majority answered."""
+        return read(self.server_of(key))
+
+    def copies(self) -> list[ServerBackend]:
+        """One backend per independent copy of our data (quorum mode: one per server), for
+        what each keeps on its own (the replay budgets)."""
+        return [self]
+
+    def incomplete(self, unreachable: Sequence[str]) -> str | None:
+        """Why a listing that could not read the ``unreachable`` servers may miss locks, or
+        None when it cannot. Here every server must answer: a listing raises instead."""
+        return None
+
+    def renew(self, leases: list[RenewedLease], lengths: list[int]) -> list[Any]:
+        """Renew ``leases`` (to ``lengths`` ms each): 1, 0 (lost) or an error each."""
+        return renew(self, leases, lengths)
+
+    def extend_leases(self, leases: list[RenewedLease], lengths: list[int]) -> list[Any]:
+        """Several locks' leases, renewed in one round trip (``extend_many.lua``)."""
+        return extend_many(self.client, leases, lengths)
 
     def run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
         """``first`` and the block after it, in one round trip on one connection."""
         script = SCRIPTS[first.script]
         command = ("EVALSHA", script.sha, len(first.keys), *first.keys, *first.args)
-        silent = _silent(first.give_back)
+        if_silent = silent(first.give_back)
         for attempt in (1, 2):
             try:
                 return run_then_wait(
                     self.client, command, request.key, request.seconds, exact=request.exact,
-                    reply_timeout=first.reply_timeout, if_silent=silent,
+                    reply_timeout=first.reply_timeout, if_silent=if_silent,
                     after_first=request.after_first,
                 )  # fmt: skip
             except NoScriptError:
@@ -234,6 +158,11 @@ class AsyncServerBackend(Backend):
     async def send_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         return await aexecute_many(self.client, commands)
 
+    async def run_script(
+        self, script: Script, keys: Sequence[str], args: Sequence[Any], **options: Any
+    ) -> Any:
+        return await script.arun(self.send, keys, args, **options)
+
     async def acknowledged(
         self, script: Script, keys: Sequence[str], args: Sequence[Any], replicas: int,
         timeout_ms: int, wanted: Callable[[Any], bool],
@@ -249,48 +178,18 @@ class AsyncServerBackend(Backend):
         await adrop_stale_connections(self.client)
 
     async def perform(self, request: Request) -> Any:
-        kind = type(request)
-        if kind is Command:
-            assert isinstance(request, Command)
-            return await self.send(
-                *request.args,
-                reply_timeout=request.reply_timeout, if_silent=_silent(request.give_back),
-            )  # fmt: skip
-        if kind is Eval:
-            assert isinstance(request, Eval)
-            script = SCRIPTS[request.script]
-            if request.replicas:
-                return await self.acknowledged(
-                    script, request.keys, request.args, request.replicas,
-                    request.replica_timeout_ms, _grants,
-                )  # fmt: skip
-            return await script.arun(
-                self.send, request.keys, request.args,
-                reply_timeout=request.reply_timeout, if_silent=_silent(request.give_back),
-            )  # fmt: skip
-        if kind is Block:
-            assert isinstance(request, Block)
-            if request.first is not None:
-                return await self.run_then_wait(request, request.first)
-            return await self.wait(request.key, request.seconds, request.exact)
-        if kind is Pipeline:
-            assert isinstance(request, Pipeline)
-            return await self.send_many(request.commands)
-        if kind is Failover:
-            assert isinstance(request, Failover)
-            await self.drop_stale(request.key)
-            return None
-        raise TypeError(f"{type(self).__name__} cannot carry out {request!r}")
+        method, arguments, options = self.operation(request)
+        return await method(*arguments, **options)
 
     async def run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
         script = SCRIPTS[first.script]
         command = ("EVALSHA", script.sha, len(first.keys), *first.keys, *first.args)
-        silent = _silent(first.give_back)
+        if_silent = silent(first.give_back)
         for attempt in (1, 2):
             try:
                 return await arun_then_wait(
                     self.client, command, request.key, request.seconds, exact=request.exact,
-                    reply_timeout=first.reply_timeout, if_silent=silent,
+                    reply_timeout=first.reply_timeout, if_silent=if_silent,
                     after_first=request.after_first,
                 )  # fmt: skip
             except NoScriptError:

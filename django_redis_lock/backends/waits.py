@@ -1,6 +1,6 @@
 """Waiting to be woken: a blocking pop on a waiter's own wake-up list (``BLPOP``), alone or
 sent right after a queue join in the same round trip, timed to the millisecond when the time
-matters. Sent as ``commands.py`` sends everything: once, on a borrowed pooled connection."""
+matters. Sent as ``wire.py`` sends everything: once, on a borrowed pooled connection."""
 
 from __future__ import annotations
 

@@ -12,10 +12,10 @@ task guard holds the lock (what it guards: ``until_executed``...), then ``|group
 holder named the lock's metrics group (``Lock(..., group=...)``, the guards): read back by the
 scrape-time gauges, which have no Lock object to ask. Text fields have ``%`` and
 ``|`` escaped; an empty field is "none". ``name`` is only written when the lock's key holds a
-hash of its name (``keys.py``); otherwise the key shows it. A reader ignores fields after those
-it knows (a newer version's), so a record can grow without a rolling deploy's older processes
-calling it unreadable. ``since_ms`` is when the lease was taken: by the taking client's clock
-for a bare ``SET``, the server's when a script wrote it.
+hash of its name (``primitives/keys.py``); otherwise the key shows it. A reader ignores fields
+after those it knows (a newer version's), so a record can grow without a rolling deploy's older
+processes calling it unreadable. ``since_ms`` is when the lease was taken: by the taking
+client's clock for a bare ``SET``, the server's when a script wrote it.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ __all__ = [
 JOB_SEPARATOR = "~"
 # The token of a job's reservation is "<job id>~queued": one per job, known to every process
 # that knows the job's id (a reservation is taken when the job is queued, by the process that
-# queues it, and taken over by the process that runs it; see ``jobs.py``).
+# queues it, and taken over by the process that runs it; see ``task_guards/reservations.py``).
 RESERVED = "queued"
 # The job id of a reservation made before its job's id is known (django.tasks backends name
 # a task when they queue it): "pending.<random>", renamed once the id is known.
@@ -255,8 +255,8 @@ def seconds_left(pttl: int) -> float | None:
 
 @dataclass(frozen=True)
 class LockKeys:
-    """The keys of one lock (``keys.py`` names them): the lease, and the queue keys that exist
-    while someone waits.
+    """The keys of one lock (``primitives/keys.py`` names them): the lease, and the queue keys
+    that exist while someone waits.
 
     With ``core/permits.PermitKeys`` (a semaphore's), a *layout*: what the acquisition flow
     (``flows.py``) needs to know of a primitive, namely its keys, the names of its four scripts

@@ -1,7 +1,7 @@
 """``lock_many``'s one step of its own: take the free locks of a group in one script
 (``take_many.lua``), in the group's order, up to the first that someone else holds. The rest of
 a group's acquisition is each member's own (``flows.acquire``), in the same order, so that
-callers naming the same locks in any order never deadlock (``groups.py``).
+callers naming the same locks in any order never deadlock (``primitives/group.py``).
 """
 
 from __future__ import annotations

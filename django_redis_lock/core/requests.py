@@ -14,7 +14,7 @@ __all__ = ["Block", "Command", "Eval", "Failover", "Flow", "Pipeline", "Request"
 
 @dataclass(slots=True)
 class Eval:
-    """Run a script of ``scripts.py`` (by its name, e.g. ``"join"``).
+    """Run a script of ``backends/scripts.py`` (by its name, e.g. ``"join"``).
 
     ``reply_timeout``: give up on the reply after that many seconds. ``give_back``: when no
     reply came in time (or the caller was cancelled), send this after it on the same connection,

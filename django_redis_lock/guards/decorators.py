@@ -65,7 +65,7 @@ def name_maker(name: str | Callable[..., str], func: Callable[..., Any]) -> Call
 def template_group(name: str | Callable[..., str]) -> str | None:
     """The metrics group a decorator's locks share unless ``group=`` says another: the
     template ``name`` itself (``"sync:{customer_id}"``: one label, whatever the ids); None
-    for a plain name or a callable (the name's own fallback, ``metrics/labels.py``)."""
+    for a plain name or a callable (the name's own fallback, ``core/labels.py``)."""
     return name if isinstance(name, str) and "{" in name else None
 
 

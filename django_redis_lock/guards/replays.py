@@ -20,9 +20,8 @@ import logging
 
 from redis.exceptions import RedisError
 
-from ..backends import backend_for
-from ..backends.clients import LockAlias, lock_client
-from ..backends.quorum import QuorumClient
+from ..backends import backend_of
+from ..backends.clients import LockAlias
 from ..backends.scripts import load_script
 from ..conf import lock_settings
 from ..primitives.keys import replay_budget_key
@@ -48,15 +47,11 @@ def charge(alias: LockAlias, client: str, size: int, window_ms: int) -> str | No
         budget = "client's" if client_limit <= total_limit else "total"
         return f"it is larger than the whole {budget} budget ({min(client_limit, total_limit)} B)"
     field = hashlib.sha256(client.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    target = lock_client(alias)
     # A quorum's servers each keep the responses: the first that answers keeps the count.
-    servers = target.clients if isinstance(target, QuorumClient) else (target,)
     args = [field, size, client_limit, total_limit, window_ms]
-    for server in servers:
+    for copy in backend_of(alias).copies():
         try:
-            answer = int(
-                backend_for(server).run_script(CHARGE, [replay_budget_key(alias, window_ms)], args)
-            )
+            answer = int(copy.run_script(CHARGE, [replay_budget_key(alias, window_ms)], args))
         except RedisError as exc:
             logger.debug("Could not count a kept response against its budget: %s", exc)
             continue

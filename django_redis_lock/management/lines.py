@@ -1,6 +1,6 @@
 """What ``manage.py redis_locks`` prints: columns, ages, and its ``semaphores``,
 ``release-permit`` and ``stats`` actions (kept apart so that the command stays one page;
-``semaphore_registry.py`` and ``census.py`` read Redis)."""
+``registry/`` reads Redis)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ An exporter to Prometheus names them ``redis_lock_wait_duration_seconds``... The
 from the global meter provider unless one is given.
 
 :func:`observe_census` adds the figures about the present, read from Redis at each collection
-(``census.py``), after ``db.client.connection.count`` and ``.pending_requests``:
+(``registry/census.py``), after ``db.client.connection.count`` and ``.pending_requests``:
 
     redis_lock.held      observable gauge, {lock}      kind, group
     redis_lock.waiting   observable gauge, {waiter}    kind, group

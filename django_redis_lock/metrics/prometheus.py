@@ -6,8 +6,8 @@
     redis_lock_timeouts_total{kind, group}          waits that ran out
     redis_lock_lost_total{kind, group, reason}      leases lost: expired / unreachable / ...
 
-and, read from Redis when scraped (:class:`CensusCollector`, ``census.py``), the same in every
-process, including those of a process that died:
+and, read from Redis when scraped (:class:`CensusCollector`, ``registry/census.py``), the same
+in every process, including those of a process that died:
 
     redis_lock_held{kind, group}       locks and permits held now
     redis_lock_waiting{kind, group}    waiters queued now
@@ -117,7 +117,7 @@ class PrometheusSink(TallyingSink):
 
 
 class CensusCollector:
-    """The held and waiting gauges, from a census of Redis at each scrape (``census.py``):
+    """The held and waiting gauges, from a census of Redis at each scrape (``registry/census.py``):
     one ``SCAN`` of the lock namespace of cache ``using``, at most ``max_keys`` keys. Registered
     in ``registry`` (None: not registered). A Redis that cannot be read gives
     ``redis_lock_census_complete 0`` and a WARNING, not a failed scrape."""

@@ -10,8 +10,7 @@ from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
-from ..backends import async_backend_for, backend_of
-from ..backends.clients import async_lock_client
+from ..backends import async_backend_of, backend_of
 from ..backends.drivers import arun, run
 from ..core.many import TakenInOrder, take_in_order
 from ..exceptions import LockBackendError
@@ -93,7 +92,7 @@ class AsyncMembers(Members):
             return None
         pendings = self.group.prepared(step)
         if pendings:
-            backend = async_backend_for(async_lock_client(pendings[0][1].alias))
+            backend = async_backend_of(pendings[0][1].alias)
             try:
                 taken = await arun(take_in_order([p.plan for _, p in pendings]), backend)
             except RedisError as exc:

@@ -14,8 +14,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
-from ..backends import async_backend_for, backend_of
-from ..backends.clients import async_lock_client
+from ..backends import async_backend_of, backend_of
 from ..backends.drivers import arun, run
 from ..core import durations, flows
 from ..exceptions import LockBackendError, LockNotOwned
@@ -221,7 +220,7 @@ class Leased(Holding):
         pending = self._prepare(wait, want_result)
         if isinstance(pending, Claim):
             return pending
-        backend = async_backend_for(async_lock_client(pending.alias))
+        backend = async_backend_of(pending.alias)
         try:
             outcome = await arun(flows.acquire(pending.plan), backend)
         except (RedisError, flows.Unconfirmed) as exc:
@@ -234,7 +233,7 @@ class Leased(Holding):
         if step.flow is None:
             return
         try:
-            code = await arun(step.flow, async_backend_for(async_lock_client(step.alias)))
+            code = await arun(step.flow, async_backend_of(step.alias))
         except RedisError as exc:
             raise self._release_failure(step, exc) from exc
         except BaseException as exc:  # a cancellation too
@@ -247,7 +246,7 @@ class Leased(Holding):
         step = self._extend_step(seconds)
         assert step.flow is not None
         try:
-            extended = await arun(step.flow, async_backend_for(async_lock_client(step.alias)))
+            extended = await arun(step.flow, async_backend_of(step.alias))
         except (RedisError, flows.Unconfirmed) as exc:
             raise self._backend_error("extend", exc) from exc
         self._extended(step, extended)
@@ -273,7 +272,7 @@ class Leased(Holding):
     async def _asettle(self) -> None:
         step = self._unsettled()
         if step is not None and step.flow is not None:
-            backend = async_backend_for(async_lock_client(step.alias))
+            backend = async_backend_of(step.alias)
             try:
                 self._released(step, await arun(step.flow, backend))
             except LockNotOwned:

@@ -56,7 +56,7 @@ class Lock(Leased):
     the lock were free. ``guard``: what kind of guard holds the lock (the task guards write
     their mode, ``"until_executed"``...), shown in the admin and ``redis_locks``. ``group``:
     what the metrics count it under (``"import:{feed_id}"``: a template, never an id); by
-    default the name's leading parts (``metrics/labels.py``).
+    default the name's leading parts (``core/labels.py``).
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Lock:

@@ -6,7 +6,7 @@ one lease while a long job keeps it (Redisson's watchdog). Leases are renewed in
 one falls due, every lease due within a sixth of its length joins it, so leases renewed together
 stay together (a lease whose renewal failed is retried on its own schedule). A batch is one
 round trip per Redis client (per node of a Redis Cluster): on one server, one script call per
-thousand leases (``extend_many.lua``).
+thousand leases (the backend's ``renew``, ``backends/renewals.py``).
 
 Nothing is lost silently: a renewal that finds the lease gone (expired, deleted, force-released)
 calls the lease's ``on_lost``; so does a renewal that could not reach Redis before the lease
@@ -21,15 +21,8 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
-from redis.exceptions import NoScriptError, RedisError
-
-from ..backends import ClusterBackend, ServerBackend, backend_for
-from ..backends.scripts import EXTEND, EXTEND_MANY
-from ..backends.server import SCRIPTS
-from ..backends.wire import execute, execute_many, node_client
-from ..conf import lock_settings
+from ..backends import backend_for
 from ..core.durations import readable
 from ..core.schedule import RenewedLease, Schedule
 
@@ -37,8 +30,6 @@ __all__ = ["RenewedLease", "renewer"]
 
 logger = logging.getLogger("django_redis_lock")
 
-# Leases per extend_many.lua call: bounds how long one call keeps Redis busy (a few ms).
-_BATCH = 1000
 # With no lease to renew, the thread still looks this often for a while (up to _IDLE_LOOKS
 # times), so that a process taking and releasing locks over and over (each released before its
 # first renewal) does not wake it on every acquisition; then it sleeps until told.
@@ -136,7 +127,7 @@ class _Renewer:
             # query to a Sentinel per renewal round).
             backend = backend_for(client)
             backend.follow_primary()
-            results = _extend_all(backend, leases, lengths)
+            results = backend.renew(leases, lengths)
         except Exception as exc:
             # Whatever it was, these leases were not renewed: retried until they would end,
             # then reported lost (never left due, which would spin the watchdog).
@@ -158,131 +149,6 @@ class _Renewer:
             )
         for lease, reason in lost:
             lease.on_lost(reason)
-
-
-def _extend_all(
-    backend: ServerBackend, leases: list[RenewedLease], lengths: list[int]
-) -> list[Any]:
-    """Each lease renewed the way its topology does it best (1, 0 or an error each)."""
-    others = [index for index, lease in enumerate(leases) if lease.script != EXTEND.name]
-    if others:
-        # A semaphore's permits among them (rarely many per process): one script call each,
-        # the locks' leases as below.
-        results: list[Any] = [None] * len(leases)
-        locks = [index for index in range(len(leases)) if leases[index].script == EXTEND.name]
-        if locks:
-            renewed = _extend_all(backend, [leases[i] for i in locks], [lengths[i] for i in locks])
-            for index, result in zip(locks, renewed, strict=True):
-                results[index] = result
-        for index in others:
-            results[index] = _extend_one(backend, leases[index], lengths[index])
-        return results
-    quorum = not backend.queues  # every server, as a majority: one lease at a time
-    replicas = lock_settings.MIN_REPLICAS
-    if replicas and not quorum:
-        return [
-            _extend_acknowledged(backend, lease, ms, replicas)
-            for lease, ms in zip(leases, lengths, strict=True)
-        ]
-    if len(leases) == 1 or quorum:
-        return [
-            backend.run_script(EXTEND, [lease.key], [lease.token, ms])
-            for lease, ms in zip(leases, lengths, strict=True)
-        ]
-    if isinstance(backend, ClusterBackend):
-        return _extend_on_nodes(backend.client, leases, lengths)
-    return _extend_many(backend.client, leases, lengths)
-
-
-def _extend_one(backend: ServerBackend, lease: RenewedLease, ms: int) -> Any:
-    replicas = lock_settings.MIN_REPLICAS
-    if replicas:
-        return _extend_acknowledged(backend, lease, ms, replicas)
-    try:
-        return backend.run_script(SCRIPTS[lease.script], lease.keys, [lease.token, ms])
-    except RedisError as exc:
-        return exc
-
-
-def _pipelined(server: Any, script: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
-    """``commands`` (calls of ``script``) in one round trip; loaded first if it must be."""
-    results = execute_many(server, commands)
-    if any(isinstance(result, NoScriptError) for result in results):
-        execute(server, "SCRIPT", "LOAD", script.source)
-        results = execute_many(server, commands)
-    return results
-
-
-def _extend_many(client: Any, leases: list[RenewedLease], lengths: list[int]) -> list[Any]:
-    """One server: extend_many.lua, a thousand leases per call, all calls in one round trip.
-    Returns 1 or 0 (lost) per lease, or the error of its call."""
-    commands = []
-    for start in range(0, len(leases), _BATCH):
-        chunk = range(start, min(start + _BATCH, len(leases)))
-        args: list[Any] = []
-        for index in chunk:
-            args += (leases[index].token, lengths[index])
-        commands.append(
-            ("EVALSHA", EXTEND_MANY.sha, len(chunk), *(leases[i].key for i in chunk), *args)
-        )
-    results: list[Any] = []
-    for start, reply in zip(
-        range(0, len(leases), _BATCH), _pipelined(client, EXTEND_MANY, commands), strict=True
-    ):
-        size = min(_BATCH, len(leases) - start)
-        if isinstance(reply, Exception):
-            results += [reply] * size
-            continue
-        outcome = [1] * size
-        for position in reply:
-            outcome[int(position) - 1] = 0
-        results += outcome
-    return results
-
-
-def _extend_on_nodes(cluster: Any, leases: list[RenewedLease], lengths: list[int]) -> list[Any]:
-    """Redis Cluster: the leases of each node in one round trip to it (one extend.lua call each:
-    a script may only touch keys of one slot)."""
-    by_node: dict[str, list[int]] = {}
-    for index, lease in enumerate(leases):
-        by_node.setdefault(cluster.get_node_from_key(lease.key).name, []).append(index)
-    results: list[Any] = [None] * len(leases)
-    for indexes in by_node.values():
-        server = node_client(cluster, leases[indexes[0]].key)
-        commands = [
-            ("EVALSHA", EXTEND.sha, 1, leases[i].key, leases[i].token, lengths[i]) for i in indexes
-        ]
-        try:
-            replies = _pipelined(server, EXTEND, commands)
-        except RedisError as exc:
-            replies = [exc] * len(indexes)
-        for index, reply in zip(indexes, replies, strict=True):
-            results[index] = reply
-    return results
-
-
-def _extend_acknowledged(
-    backend: ServerBackend, lease: RenewedLease, ms: int, replicas: int
-) -> Any:
-    """A renewal that counts only once ``replicas`` confirmed it, like an acquisition.
-
-    A primary that no replica confirms may have been replaced by a failover that has not
-    demoted it yet (Sentinel looks every 10 s): its pooled connections are dropped, so that the
-    retry asks Sentinel where the primary is now, instead of renewing on a stale one.
-    """
-    timeout_ms = max(1, int(lock_settings.REPLICA_TIMEOUT * 1000))
-    try:
-        result, acknowledged = backend.acknowledged(
-            SCRIPTS[lease.script], lease.keys or [lease.key], [lease.token, ms], replicas,
-            timeout_ms,
-            wanted=lambda reply: reply == 1,
-        )  # fmt: skip
-    except RedisError as exc:
-        return exc
-    if result == 1 and acknowledged < replicas:
-        backend.drop_stale(lease.key)
-        return ConnectionError(f"only {acknowledged} of {replicas} replicas confirmed the renewal")
-    return result
 
 
 renewer = _Renewer()

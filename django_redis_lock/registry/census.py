@@ -21,15 +21,14 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..backends.clients import lock_client
-from ..backends.quorum import QuorumClient
+from ..backends import backend_of
 from ..backends.scanning import scan_reading
 from ..conf import lock_settings
 from ..core.labels import MAX_GROUPS, OTHER
 from ..core.permits import PermitKeys
 from ..primitives.keys import namespace
 from ..primitives.semaphore import state_commands, state_from
-from .locks import glob_escape, incomplete, lease_commands, leases_from, scan_targets
+from .locks import glob_escape, lease_commands, leases_from
 from .records import LockInfo, text
 from .semaphores import SemaphoreInfo, semaphore_info
 
@@ -196,7 +195,7 @@ def take_census(
     if not isinstance(max_keys, int) or isinstance(max_keys, bool) or max_keys < 1:
         raise ValueError(f"max_keys must be a positive int, not {max_keys!r}.")
     alias = using or lock_settings.CACHE_ALIAS
-    client = lock_client(alias)
+    backend = backend_of(alias)
     pattern = glob_escape(namespace(alias)) + "{*"
     now = clock()
     entries: list[Entry] = []
@@ -204,8 +203,8 @@ def take_census(
     unreachable: list[str] = []
     scanned = 0
     complete = True
-    targets = scan_targets(client)
-    for index, target in enumerate(targets):
+    targets = backend.servers()
+    for target_name, target in targets:
         reader = _Reader(seen, now)
         try:
             found, complete = scan_reading(
@@ -213,9 +212,9 @@ def take_census(
                 commands_for=reader.commands_for, take=reader.take,
             )  # fmt: skip
         except RedisError as exc:
-            if not isinstance(client, QuorumClient):
+            if backend.majority is None:  # each key on one server: a census without it is wrong
                 raise
-            unreachable.append(f"{client.aliases[index]}: {exc}")
+            unreachable.append(f"{target_name}: {exc}")
             continue
         scanned += found
         entries.extend(reader.entries)
@@ -225,5 +224,5 @@ def take_census(
         if len(unreachable) == len(targets):
             raise RedisError("No server of the quorum could be read: " + "; ".join(unreachable))
         # With a majority read, each lock is on one of them (registry.incomplete).
-        complete = complete and incomplete(unreachable, using=alias) is None
+        complete = complete and backend.incomplete(unreachable) is None
     return Census(tuple(entries), scanned, complete, tuple(unreachable))

@@ -13,16 +13,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
-from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 
-from ..backends import backend_for
-from ..backends.clients import lock_client
+from ..backends import ServerBackend, backend_of
 from ..backends.drivers import run
-from ..backends.quorum import QuorumClient, QuorumUnavailable
-from ..backends.wire import execute, execute_many, node_client
+from ..backends.wire import execute, execute_many
 from ..conf import lock_settings
 from ..core import flows
 from ..core.lease import job_id_checked
@@ -45,7 +42,6 @@ __all__ = [
     "read_leases",
     "release_job",
     "scan_page",
-    "scan_targets",
     "waiting",
 ]
 
@@ -100,7 +96,8 @@ def leases_from(keys: list[str], replies: list[Any]) -> Iterator[LockInfo]:
 
 def _patterns(match: str | None, alias: str) -> list[tuple[str, bool]]:
     """The ``SCAN`` patterns, one after the other, each with whether it may list a name with a
-    hash tag of its own (``{tag}{#hash}``, keys.py): each key is listed by one pattern only."""
+    hash tag of its own (``{tag}{#hash}``, primitives/keys.py): each key is listed by one
+    pattern only."""
     base = glob_escape(namespace(alias))
     if not match:
         return [(base + "{*}", True)]
@@ -115,45 +112,12 @@ def _wanted(info: LockInfo, match: str | None) -> bool:
     return not match or match in info.name
 
 
-def scan_targets(client: Any) -> list[Any]:
-    """The plain clients to SCAN: the client itself, each primary of a Redis Cluster, or
-    each server of a quorum."""
-    if isinstance(client, QuorumClient):
-        return list(client.clients)
-    if isinstance(client, RedisCluster):
-        primaries = cast(Any, client).get_primaries()  # untyped in redis-py
-        return [client.get_redis_connection(node) for node in primaries]
-    return [client]
-
-
-def _client_for_key(client: Any, key: str) -> Any:
-    if isinstance(client, RedisCluster):
-        return node_client(client, key)
-    return client
-
-
-def _lookup(client: Any, key: str) -> LockInfo | None:
-    """The record of ``key``; for a quorum, from the first of its servers that answers with
-    one (a server that is down is passed over)."""
-    if isinstance(client, QuorumClient):
-        failures = []
-        for alias, member in zip(client.aliases, client.clients, strict=True):
-            try:
-                info = next(read_leases(member, [key]), None)
-            except RedisError as exc:
-                failures.append(f"{alias}: {exc}")
-                continue
-            if info is not None:
-                return info
-        if len(client.clients) - len(failures) < client.majority:
-            # Those that answered have no such lock; those that did not may.
-            raise QuorumUnavailable(
-                f"only {len(client.clients) - len(failures)} of the {len(client.clients)} "
-                f"servers of quorum {client.name} answered, and {client.majority} are needed "
-                f"to tell whether {key} is held: " + "; ".join(failures)
-            )
-        return None
-    return next(read_leases(_client_for_key(client, key), [key]), None)
+def _lookup(backend: ServerBackend, key: str) -> LockInfo | None:
+    """The record of ``key`` (in quorum mode, from the first server that has it)."""
+    found: LockInfo | None = backend.read_first(
+        key, lambda server: next(read_leases(server, [key]), None)
+    )
+    return found
 
 
 def _not_on(servers: list[Any], keys: list[str]) -> list[str]:
@@ -197,9 +161,9 @@ def scan_page(
     if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
         raise ValueError(f"page_size must be a positive int, not {page_size!r}.")
     alias = using or lock_settings.CACHE_ALIAS
-    client = lock_client(alias)
-    targets = scan_targets(client)
-    quorum = isinstance(client, QuorumClient)
+    backend = backend_of(alias)
+    targets = backend.servers()
+    quorum = backend.majority is not None  # a lock is on several servers: list it once
     patterns = _patterns(match, alias)
     parts = cursor.split(":")
     try:
@@ -216,17 +180,17 @@ def scan_page(
     scanned = 0
     count = page_size
     while target_index < len(targets) and len(items) < page_size:
-        target = targets[target_index]
+        target_name, target = targets[target_index]
         try:
             pattern, tagged = patterns[phase_index]
             position, keys = execute(target, "SCAN", position, "MATCH", pattern, "COUNT", count)
         except RedisError as exc:
-            if not isinstance(client, QuorumClient):
+            if not quorum:
                 raise
             # One server of a quorum down: list what the others hold.
-            logger.info("Cannot list the locks on %r: %s", client.aliases[target_index], exc)
+            logger.info("Cannot list the locks on %r: %s", target_name, exc)
             if unreachable is not None:
-                unreachable.append(f"{client.aliases[target_index]}: {exc}")
+                unreachable.append(f"{target_name}: {exc}")
             target_index, phase_index, position = target_index + 1, 0, 0
             continue
         if len(keys) < count // 4:
@@ -242,7 +206,7 @@ def scan_page(
         ]
         seen.update(fresh)
         if quorum:
-            fresh = _not_on(targets[:target_index], fresh)
+            fresh = _not_on([server for _, server in targets[:target_index]], fresh)
         items.extend(info for info in read_leases(target, fresh) if _wanted(info, match))
         if position == 0:  # this pattern is done on this server: the next, or the next server
             phase_index += 1
@@ -275,32 +239,23 @@ def incomplete(unreachable: list[str], *, using: str | None = None) -> str | Non
     """Why a listing of a quorum's locks that could not read the ``unreachable`` servers may
     miss some (fewer than a majority were read), or None when it cannot: a quorum's lock is
     held on a majority, so with a majority read, one of them has it."""
-    client = lock_client(using or lock_settings.CACHE_ALIAS)
-    if not unreachable or not isinstance(client, QuorumClient):
-        return None
-    read = len(client.clients) - len(unreachable)
-    if read >= client.majority:
-        return None
-    return (
-        f"only {read} of the {len(client.clients)} servers of quorum {client.name} could be "
-        f"read, and {client.majority} are needed to see every lock: " + "; ".join(unreachable)
-    )
+    return backend_of(using or lock_settings.CACHE_ALIAS).incomplete(unreachable)
 
 
 def get_lock(name: str, *, using: str | None = None) -> LockInfo | None:
     """The live lock ``name``, or None when nobody holds it."""
     alias = using or lock_settings.CACHE_ALIAS
-    return _lookup(lock_client(alias), lock_keys(name, alias).lease)
+    return _lookup(backend_of(alias), lock_keys(name, alias).lease)
 
 
 def waiting(name: str, *, using: str | None = None) -> int:
     """How many are queued for the lock ``name`` now (0 in quorum mode: it has no queue)."""
     alias = using or lock_settings.CACHE_ALIAS
-    client = lock_client(alias)
-    if isinstance(client, QuorumClient):
+    backend = backend_of(alias)
+    if not backend.queues:
         return 0
     queue = lock_keys(name, alias).queue
-    return int(execute(_client_for_key(client, queue), "LLEN", queue))
+    return int(execute(backend.server_of(queue), "LLEN", queue))
 
 
 def force_release(
@@ -315,10 +270,10 @@ def force_release(
     other key in our namespace), and ``RedisError`` when Redis cannot be reached.
     """
     alias = using or lock_settings.CACHE_ALIAS
-    client = lock_client(alias)
+    backend = backend_of(alias)
     keys = lock_keys(name, alias)
-    info = _lookup(client, keys.lease)
-    released = run(flows.release(keys, token, ""), backend_for(client))
+    info = _lookup(backend, keys.lease)
+    released = run(flows.release(keys, token, ""), backend)
     if released == -2:
         raise ValueError(
             f"{name!r} is not a lock: its key {keys.lease} holds something else. Nothing was "
@@ -356,7 +311,7 @@ def eviction_warnings(*, using: str | None = None) -> list[str]:
     """
     alias = using or lock_settings.CACHE_ALIAS
     warnings = []
-    for server in scan_targets(lock_client(alias)):
+    for where, server in backend_of(alias).servers():
         try:
             replies = execute_many(
                 server, [("CONFIG", "GET", "maxmemory"), ("CONFIG", "GET", "maxmemory-policy")]
@@ -367,8 +322,6 @@ def eviction_warnings(*, using: str | None = None) -> list[str]:
             continue
         maxmemory, policy = (text(_config_value(reply)) for reply in replies)
         if maxmemory not in ("", "0") and policy not in ("", "noeviction"):
-            kwargs = server.connection_pool.connection_kwargs
-            where = f"{kwargs.get('host', kwargs.get('path', '?'))}:{kwargs.get('port', '')}"
             warnings.append(
                 f"Redis at {where} may evict lock keys under memory pressure (maxmemory "
                 f"{maxmemory}, maxmemory-policy {policy}): an evicted lease lets a second holder "

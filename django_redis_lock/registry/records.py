@@ -37,7 +37,7 @@ class LockInfo:
     lease: float | None = None
     fencing_token: int | None = None
     guard: str | None = None  # the task guard's mode, when one holds it
-    group: str = OTHER  # its metrics group: the holder's group=, else the name's (labels.py)
+    group: str = OTHER  # its metrics group: the holder's group=, else the name's (core/labels.py)
     waiting: int = 0  # queued for it when it was read
     valid: bool = True
     raw: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -54,8 +54,8 @@ class LockInfo:
 
     @property
     def queued(self) -> bool:
-        """Whether it is a job's reservation (the job waits in a queue, ``jobs.py``) rather
-        than a hold of a running process."""
+        """Whether it is a job's reservation (the job waits in a queue,
+        ``task_guards/reservations.py``) rather than a hold of a running process."""
         return is_reservation(self.token)
 
     @property

@@ -1,4 +1,4 @@
-"""The reader of live semaphores, beside ``registry.py``'s of locks: list them with ``SCAN``
+"""The reader of live semaphores, beside ``locks.py``'s of locks: list them with ``SCAN``
 (their holders' keys, ``...{tag}:s``), read each one's holders and waiters in one round trip,
 and force-release one permit. The admin page and ``manage.py redis_locks semaphores`` use it.
 """
@@ -12,10 +12,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from ..backends import backend_for
-from ..backends.clients import lock_client
+from ..backends import backend_of
 from ..backends.drivers import run
-from ..backends.quorum import QuorumClient
 from ..backends.wire import execute
 from ..conf import lock_settings
 from ..core import flows
@@ -23,7 +21,7 @@ from ..core.permits import PermitKeys
 from ..primitives.keys import namespace, permit_keys
 from ..primitives.semaphore import Semaphore, SemaphoreState, read_state
 from ..signals import lock_force_released
-from .locks import glob_escape, scan_targets
+from .locks import glob_escape
 from .records import LockInfo, lock_info, text
 
 __all__ = [
@@ -72,7 +70,7 @@ def semaphore_info(
     permits = state.permits()
     if not permits:
         return None  # free (its keys expire with the last lease), or not written by us
-    base = keys.holders[: -len(":s")]  # the key the semaphore is named by (keys.py)
+    base = keys.holders[: -len(":s")]  # the key the semaphore is named by (primitives/keys.py)
     holders = tuple(
         lock_info(base, permit.as_lease(), int(state.ends[permit.token] - state.now))
         for permit in permits
@@ -87,7 +85,7 @@ def get_semaphore(name: str, *, using: str | None = None) -> SemaphoreInfo | Non
     """The semaphore ``name`` as held now, or None when no permit of it is held."""
     alias = using or lock_settings.CACHE_ALIAS
     keys = permit_keys(name, alias)
-    return semaphore_info(keys, read_state(backend_for(lock_client(alias)), keys), name)
+    return semaphore_info(keys, read_state(backend_of(alias), keys), name)
 
 
 def iter_semaphores(
@@ -96,12 +94,11 @@ def iter_semaphores(
     """The semaphores with a permit held now, those whose name contains ``match`` if given.
     None in quorum mode (semaphores do not support it)."""
     alias = using or lock_settings.CACHE_ALIAS
-    client = lock_client(alias)
-    if isinstance(client, QuorumClient):
+    backend = backend_of(alias)
+    if not backend.queues:  # quorum mode, which semaphores do not support: none held
         return
-    backend = backend_for(client)
     pattern = glob_escape(namespace(alias)) + "{*}:s"
-    for target in scan_targets(client):
+    for _, target in backend.servers():
         cursor = 0
         while True:
             cursor, found = execute(target, "SCAN", cursor, "MATCH", pattern, "COUNT", _SCAN_COUNT)
@@ -126,13 +123,12 @@ def force_release_permit(
     when that permit is not held (any more). The former holder's renewal then reports it lost.
     Sends ``lock_force_released`` (``sender=Semaphore``)."""
     alias = using or lock_settings.CACHE_ALIAS
-    client = lock_client(alias)
     keys = permit_keys(name, alias)
     info = get_semaphore(name, using=alias)
     owner = (
         next((holder for holder in info.holders if holder.token == token), None) if info else None
     )
-    released = run(flows.release(keys, token, ""), backend_for(client))
+    released = run(flows.release(keys, token, ""), backend_of(alias))
     if released < 0:
         return False
     lock_force_released.send(

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from ..backends import Backend, async_backend_for, backend_of
-from ..backends.clients import async_lock_client, quorum_members
+from ..backends import Backend, async_backend_of, backend_of
+from ..backends.clients import quorum_members
 from ..backends.drivers import arun, run
 from ..conf import lock_settings
 from ..core import durations, flows
@@ -141,7 +141,7 @@ def cancel(name: str, job_id: str, *, using: str | None = None) -> bool:
 async def acancel(name: str, job_id: str, *, using: str | None = None) -> bool:
     """:func:`cancel` for asyncio."""
     keys, alias = _reservation_keys(name, using)
-    backend = async_backend_for(async_lock_client(alias))
+    backend = async_backend_of(alias)
     try:
         flow = flows.end_reservation(keys, job_id_checked(job_id))
         code: int = await arun(flow, backend)

@@ -21,8 +21,8 @@ from typing import Any
 
 import redis
 
+from django_redis_lock.backends.base import SCRIPTS
 from django_redis_lock.backends.scripts import Script, load_script
-from django_redis_lock.backends.server import SCRIPTS
 
 __all__ = [
     "CLOCK_PREFIX",

@@ -4,10 +4,16 @@ majority does. No queue: a waiter looks again after a short random delay."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..server import AsyncServerBackend, ServerBackend, one_by_one
+from redis.exceptions import RedisError
+
+from ...core.schedule import RenewedLease
+from ..base import one_by_one
+from ..scripts import EXTEND
+from ..server import AsyncServerBackend, Server, ServerBackend
+from .client import QuorumUnavailable
 
 __all__ = ["AsyncQuorumBackend", "QuorumBackend"]
 
@@ -32,6 +38,61 @@ class QuorumBackend(ServerBackend):
 
     def follow_primary(self) -> None:
         """Independent servers, no failover to follow."""
+
+    @property
+    def majority(self) -> int | None:  # type: ignore[override]
+        return int(self.client.majority)
+
+    def servers(self) -> list[Server]:
+        """Every server of the quorum, named by its cache alias."""
+        return [
+            Server(alias, member)
+            for alias, member in zip(self.client.aliases, self.client.clients, strict=True)
+        ]
+
+    def server_of(self, key: str) -> Any:
+        raise TypeError("In quorum mode a key is on every server: read it with read_first().")
+
+    def read_first(self, key: str, read: Callable[[Any], Any]) -> Any:
+        failures = []
+        for name, member in self.servers():
+            try:
+                found = read(member)
+            except RedisError as exc:
+                failures.append(f"{name}: {exc}")
+                continue
+            if found is not None:
+                return found
+        answered = len(self.client.clients) - len(failures)
+        if answered < self.client.majority:
+            # Those that answered have nothing; those that did not may.
+            raise QuorumUnavailable(
+                f"only {answered} of the {len(self.client.clients)} servers of quorum "
+                f"{self.client.name} answered, and {self.client.majority} are needed to tell "
+                f"whether {key} is there: " + "; ".join(failures)
+            )
+        return None
+
+    def copies(self) -> list[ServerBackend]:
+        return [ServerBackend(member) for member in self.client.clients]
+
+    def incomplete(self, unreachable: Sequence[str]) -> str | None:
+        """With a majority read, each lock (held on a majority) is on one of them."""
+        read = len(self.client.clients) - len(unreachable)
+        if not unreachable or read >= self.client.majority:
+            return None
+        return (
+            f"only {read} of the {len(self.client.clients)} servers of quorum {self.client.name} "
+            f"could be read, and {self.client.majority} are needed to see every lock: "
+            + "; ".join(unreachable)
+        )
+
+    def extend_leases(self, leases: list[RenewedLease], lengths: list[int]) -> list[Any]:
+        """One lease at a time, on every server, as a majority."""
+        return [
+            self.run_script(EXTEND, [lease.key], [lease.token, ms])
+            for lease, ms in zip(leases, lengths, strict=True)
+        ]
 
 
 class AsyncQuorumBackend(AsyncServerBackend):

@@ -1,0 +1,163 @@
+"""What every backend shares, sync or async, whatever its topology: :class:`Backend` (what
+it tells the flows, and the one mapping of the core's requests onto its methods), the script
+table, and the small helpers the topologies use.
+
+A backend carries out the core's requests (``core/requests.py``) by a handful of methods that
+each topology implements its own way (``send``, ``send_many``, ``run_script``,
+``acknowledged``, ``wait``, ``run_then_wait``, ``drop_stale``); :meth:`Backend.operation` maps a
+request onto them, once for all. What a reader of live state asks of a topology (the servers
+to ``SCAN``, the server of a key, a read that a majority must answer, renewing many leases) is
+a method of the sync backends too (``server.py``), so nothing outside ``backends/`` asks which
+topology it runs on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis.exceptions import ClusterError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..core.requests import Block, Command, Eval, Failover, Pipeline, Request
+from .scripts import (
+    EXTEND,
+    JOIN,
+    PERMIT_ACQUIRE,
+    PERMIT_EXTEND,
+    PERMIT_RELEASE,
+    RELEASE,
+    TAKE,
+    TAKE_MANY,
+    Script,
+)
+
+__all__ = ["SCRIPTS", "Backend", "grants", "one_by_one", "shortened", "silent"]
+
+SCRIPTS: dict[str, Script] = {
+    script.name: script
+    for script in (
+        TAKE,
+        TAKE_MANY,
+        JOIN,
+        RELEASE,
+        EXTEND,
+        PERMIT_ACQUIRE,
+        PERMIT_RELEASE,
+        PERMIT_EXTEND,
+    )
+}
+
+
+def grants(reply: Any) -> bool:
+    """A reply worth confirming by replicas: a lease granted or extended."""
+    return bool(reply == 1 or (isinstance(reply, list) and reply[0] == 1))
+
+
+def silent(give_back: Eval | None) -> Callable[[], Sequence[Any]] | None:
+    """What to send after a request whose reply went unread (its give-back), if any."""
+    if give_back is None:
+        return None
+    script = SCRIPTS[give_back.script]
+    return lambda: script.command(give_back.keys, give_back.args)
+
+
+def shortened(request: Block, reply: Any) -> tuple[float, bool]:
+    """How long a block sent after ``request.first`` lasts, given its reply: ``after_first``
+    is called with it (before the block, whose length it may shorten)."""
+    limit = request.after_first(reply) if request.after_first is not None else request.seconds
+    if limit < request.seconds:
+        return max(limit, 0.001), True
+    return request.seconds, request.exact
+
+
+def one_by_one(send: Callable[..., Any], commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """``send_many`` where commands cannot share a round trip: each ``send``, error replies
+    in place."""
+    replies: list[Any] = []
+    for command in commands:
+        try:
+            replies.append(send(*command))
+        except ResponseError as error:
+            replies.append(error)
+    return replies
+
+
+class Backend:
+    """What every backend, sync or async, tells the flows about its topology."""
+
+    queues = True  # waiters queue and are woken (quorum mode polls instead)
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.client!r}>"
+
+    @staticmethod
+    def retry_soon(error: BaseException) -> bool:
+        """Redis Cluster's ``TRYAGAIN``: the lock's slot is being moved, some of its keys are
+        here and some there; asking again shortly works. (redis-py's Cluster clients retry it
+        themselves for a while, then give up with "TTL exhausted".)"""
+        if isinstance(error, ClusterError):
+            return "TTL exhausted" in str(error)
+        return isinstance(error, ResponseError) and str(error).startswith("TRYAGAIN")
+
+    def one_script(self, keys: Sequence[str]) -> bool:
+        """Whether one script may touch all of ``keys`` (``lock_many``): on one server, yes."""
+        return True
+
+    @staticmethod
+    def unreachable(error: BaseException) -> bool:
+        """No use sending anything more now (telling the queue we leave, say)."""
+        return isinstance(error, RedisTimeoutError)
+
+    def operation(
+        self, request: Request
+    ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """The method that carries ``request`` out, and its arguments: ``perform`` calls it
+        (and the async twin awaits it), so the mapping is written once for both drivers."""
+        kind = type(request)
+        if kind is Command:
+            assert isinstance(request, Command)
+            options = {
+                "reply_timeout": request.reply_timeout,
+                "if_silent": silent(request.give_back),
+            }
+            return self.send, request.args, options
+        if kind is Eval:
+            assert isinstance(request, Eval)
+            script = SCRIPTS[request.script]
+            if request.replicas:
+                arguments = (
+                    script, request.keys, request.args, request.replicas,
+                    request.replica_timeout_ms, grants,
+                )  # fmt: skip
+                return self.acknowledged, arguments, {}
+            options = {
+                "reply_timeout": request.reply_timeout,
+                "if_silent": silent(request.give_back),
+            }
+            return self.run_script, (script, request.keys, request.args), options
+        if kind is Block:
+            assert isinstance(request, Block)
+            if request.first is not None:
+                return self.run_then_wait, (request, request.first), {}
+            return self.wait, (request.key, request.seconds, request.exact), {}
+        if kind is Pipeline:
+            assert isinstance(request, Pipeline)
+            return self.send_many, (request.commands,), {}
+        if kind is Failover:
+            assert isinstance(request, Failover)
+            return self.drop_stale, (request.key,), {}
+        raise TypeError(f"{type(self).__name__} cannot carry out {request!r}")
+
+    # Every method named above, each topology's own way; the sync backends' return replies,
+    # the async twins' are coroutine functions.
+    send: Callable[..., Any]
+    send_many: Callable[..., Any]
+    run_script: Callable[..., Any]
+    acknowledged: Callable[..., Any]
+    run_then_wait: Callable[..., Any]
+    wait: Callable[..., Any]
+    drop_stale: Callable[..., Any]
