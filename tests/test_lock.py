@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing
 import os
@@ -24,9 +25,11 @@ from django_redis_lock import (
     lock_acquired,
     lock_contended,
     lock_lost,
+    lock_many,
     lock_released,
 )
 from django_redis_lock.backends.scripts import RELEASE
+from django_redis_lock.primitives import holding
 from django_redis_lock.primitives.keys import lock_keys
 from tests import workers
 from tests.conftest import django_redis_caches
@@ -207,6 +210,42 @@ def test_reentrant_levels_released_out_of_order(redis_client):
     assert third.owned()  # one level left
     third.release()
     assert not redis_client.exists(lease_key("row:2"))
+
+
+def test_a_reentrant_hold_whose_lease_ended_is_not_reentered(redis_client, monkeypatch):
+    """A re-entry costs no round trip, so the hold's own lease end is what tells: past it (not
+    renewed), another process may hold the lock, and a level more would guard nothing."""
+    first = Lock("row:ended", timeout=30, reentrant=True)
+    assert first.acquire()
+    # 31 s later, by the holds' clock; the server's lease ran out meanwhile.
+    monkeypatch.setattr(holding, "lease_clock", lambda: time.monotonic() + 31)
+    redis_client.delete(lease_key("row:ended"))
+    with pytest.raises(LockLost, match="ended before it was re-entered"):
+        Lock("row:ended", reentrant=True).acquire()
+    assert first.lost
+    with pytest.raises(LockLost, match="ended before it was re-entered"):
+        first.acquire()  # the same object again: the same answer
+    with pytest.raises(LockNotOwned):
+        first.release()  # the outer level finds the lease gone, and forgets the hold
+    with Lock("row:ended", timeout=30, reentrant=True) as fresh:  # a lease of its own
+        assert fresh.token != first.token
+        assert read_lease(redis_client, lease_key("row:ended")).token == fresh.token
+
+
+def test_a_hold_whose_lock_object_is_gone_is_not_reentered(redis_client):
+    """Nobody can release a hold whose Lock object was collected: a re-entry through a new
+    object would hold nothing. It takes a lease of its own (here: the old one ran out)."""
+    abandoned = Lock("row:abandoned", timeout=30, reentrant=True)
+    assert abandoned.acquire()
+    token = abandoned.token
+    del abandoned
+    gc.collect()
+    redis_client.delete(lease_key("row:abandoned"))  # its lease ran out
+    with Lock("row:abandoned", timeout=30, reentrant=True) as fresh:
+        assert fresh.token != token
+        assert read_lease(redis_client, lease_key("row:abandoned")).token == fresh.token
+    with lock_many(["row:abandoned", "row:other"], timeout=30, reentrant=True) as group:
+        assert all(redis_client.exists(lease_key(name)) for name in group.names)
 
 
 def test_extend(redis_client):

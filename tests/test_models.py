@@ -8,7 +8,14 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from django_redis_lock import Lock, LockLost, LockNotAcquired, fenced_update, locked_method
+from django_redis_lock import (
+    Lock,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+    fenced_update,
+    locked_method,
+)
 from django_redis_lock.primitives.keys import lock_keys
 from tests import workers
 from tests.testapp.models import Account
@@ -167,10 +174,15 @@ def test_stale_holder_cannot_overwrite_newer_work(redis_client):
     stale_token = paused.fencing_token
     # The first holder pauses past its lease; the lock is taken over and the row written.
     redis_client.delete(lock_keys(paused.name, "default").lease)
-    with account.lock(fencing=True) as newer:
+    # Another holder (a row's lock is re-entrant: in this thread it would re-enter the paused
+    # hold, which cannot know its lease was deleted without asking Redis).
+    with account.lock(fencing=True, reentrant=False) as newer:
+        assert newer.fencing_token > stale_token
         assert fenced_update(rows, newer.fencing_token, balance=50) == 1
     assert fenced_update(rows, stale_token, balance=-1) == 0  # refused
     assert rows.get().balance == 50
+    with pytest.raises(LockNotOwned):  # the paused holder wakes up: nothing left to release
+        paused.release()
 
 
 @pytest.mark.django_db

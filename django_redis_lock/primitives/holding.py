@@ -32,6 +32,10 @@ __all__ = ["Holding"]
 
 logger = logging.getLogger("django_redis_lock")
 
+# What a re-entry reads the time by (monotonic seconds, as a hold's lease end): a seam for the
+# tests that move it past a lease.
+lease_clock = time.monotonic
+
 # How long after an acquisition had to wait the next one through the same object joins the
 # queue at once (one round trip saved per acquisition of a busy lock).
 _CONTENDED_MEMORY = 1.0
@@ -181,6 +185,13 @@ class Holding:
         return Pending(owner, resolved.alias, plan, resolved.lease, resolved.renew)
 
     def _reentered(self, owner: object, hold: Hold) -> Claim:
+        if (
+            hold.lost_reason is None
+            and lease_clock() >= hold.ends_at() - durations.clock_allowance(hold.lease)
+        ):
+            # Its lease has ended by our own clock (not renewed, or no longer): someone else
+            # may hold the lock now, and a level more of it would guard nothing.
+            self._report_lost(hold, "its lease had ended before it was re-entered")
         if hold.lost_reason is not None:
             raise self._lost_error(hold)
         with self._state:
@@ -250,7 +261,7 @@ class Holding:
             self._holds[owner] = hold
         own_tokens.add(plan.token, owner)
         if self._reentrant:
-            reentrant_holds.set(owner, plan.keys.lease, hold)
+            reentrant_holds.set(owner, plan.keys.lease, hold, self)
         if outcome.other_limit:
             reports.limits_differ(self, plan.limit, outcome.other_limit)
         reports.acquired(self, now - plan.started, hold.fence)

@@ -230,22 +230,33 @@ class ReentrantHolds:
 
     def clear(self) -> None:
         self._lock = threading.Lock()
-        self._holds: weakref.WeakKeyDictionary[object, dict[str, Hold]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # owner -> lease key -> (the hold, the object that took it, weakly).
+        self._holds: weakref.WeakKeyDictionary[
+            object, dict[str, tuple[Hold, weakref.ref[object]]]
+        ] = weakref.WeakKeyDictionary()
 
     def get(self, owner: object, key: str) -> Hold | None:
+        """``owner``'s hold of ``key``; None (and forgotten) once the object that took it is
+        gone: nobody can release that hold any more, so re-entering it would hold nothing."""
         with self._lock:
-            return self._holds.get(owner, {}).get(key)
+            held = self._holds.get(owner, {})
+            entry = held.get(key)
+            if entry is None:
+                return None
+            if entry[1]() is None:
+                del held[key]
+                return None
+            return entry[0]
 
-    def set(self, owner: object, key: str, hold: Hold) -> None:
+    def set(self, owner: object, key: str, hold: Hold, taker: object) -> None:
         with self._lock:
-            self._holds.setdefault(owner, {})[key] = hold
+            self._holds.setdefault(owner, {})[key] = (hold, weakref.ref(taker))
 
     def forget(self, owner: object, key: str, hold: Hold) -> None:
         with self._lock:
             held = self._holds.get(owner, {})
-            if held.get(key) is hold:
+            entry = held.get(key)
+            if entry is not None and entry[0] is hold:
                 del held[key]
 
 
