@@ -29,7 +29,7 @@ from django_redis_lock import (
     lock_released,
 )
 from django_redis_lock.backends.scripts import RELEASE
-from django_redis_lock.primitives import holding
+from django_redis_lock.primitives import bookkeeping
 from django_redis_lock.primitives.keys import lock_keys
 from tests import workers
 from tests.conftest import django_redis_caches
@@ -218,7 +218,7 @@ def test_a_reentrant_hold_whose_lease_ended_is_not_reentered(redis_client, monke
     first = Lock("row:ended", timeout=30, reentrant=True)
     assert first.acquire()
     # 31 s later, by the holds' clock; the server's lease ran out meanwhile.
-    monkeypatch.setattr(holding, "lease_clock", lambda: time.monotonic() + 31)
+    monkeypatch.setattr(bookkeeping, "lease_clock", lambda: time.monotonic() + 31)
     redis_client.delete(lease_key("row:ended"))
     with pytest.raises(LockLost, match="ended before it was re-entered"):
         Lock("row:ended", reentrant=True).acquire()

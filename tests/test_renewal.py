@@ -142,7 +142,7 @@ def test_unreachable_redis_is_declared_a_loss_when_the_lease_would_end(
 def test_released_locks_leave_the_watchdog(settings):
     settings.DJANGO_REDIS_LOCK_TIMEOUT = 5
     with Lock("done") as held:
-        hold = held._hold()
+        hold = held._book.hold()
         assert hold.renewal in renewer
     assert hold.renewal not in renewer
 

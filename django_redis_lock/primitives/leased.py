@@ -1,13 +1,11 @@
 """What every leased primitive (``Lock``, ``Semaphore``) offers its callers, sync and async:
-acquire, claim, release, extend, ``with`` and ``async with``. Each method runs a flow of the
-core (``core/flows.py``) with the blocking or the asyncio driver and hands its outcome to the
-bookkeeping (``holding.py``), so the two APIs, and the primitives, cannot drift apart."""
+acquire, claim, release, extend, ``with`` and ``async with``. Each method asks its bookkeeping
+(``bookkeeping.py``) what to send, runs that flow of the core (``core/flows.py``) with the
+blocking or the asyncio driver, and hands the outcome back to the bookkeeping, so the two APIs,
+and the primitives, cannot drift apart."""
 
 from __future__ import annotations
 
-import math
-import threading
-import weakref
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -19,8 +17,8 @@ from ..backends.drivers import arun, run
 from ..core import durations, flows
 from ..exceptions import LockBackendError, LockNotOwned
 from ..validators import checked_quorum
+from .bookkeeping import Bookkeeping, Layout
 from .claims import Claim, Pending
-from .holding import Holding
 from .holds import current_owner
 
 __all__ = ["Leased"]
@@ -28,21 +26,36 @@ __all__ = ["Leased"]
 _Self = TypeVar("_Self", bound="Leased")
 
 
-class Leased(Holding):
+class Leased:
     """The API a leased primitive shares, and the options every one takes (``_set_up``, called
     by its ``__init__``); a subclass says how to tell whether the current thread/task still
     holds it (``owned()``)."""
 
+    _book: Bookkeeping
+
+    @property
+    def name(self) -> str:
+        return self._book.name
+
+    @property
+    def label(self) -> str | None:
+        return self._book.label
+
+    @property
+    def group(self) -> str:
+        """What the metrics count this under: ``group=``, else the name's leading parts."""
+        return self._book.group
+
     @property
     def token(self) -> str | None:
         """The current thread's / task's owner token, or None when it does not hold the lock."""
-        hold = self._hold()
+        hold = self._book.hold()
         return hold.token if hold else None
 
     @property
     def lost(self) -> bool:
         """True when the current holder's lease was found gone (by renewal or a check)."""
-        hold = self._hold()
+        hold = self._book.hold()
         return bool(hold and hold.lost_reason)
 
     def owned(self) -> bool:
@@ -56,26 +69,27 @@ class Leased(Holding):
         """Whether a release through this object failed (a ``LockBackendError``) and may be
         unfinished: :meth:`claim` finishes it first; :meth:`plan_acquisition` does not, so a
         caller of it takes such a primitive with :meth:`claim` instead."""
-        return self._release_failed
+        return self._book.release_failed
 
     def plan_acquisition(self, wait: float | None = None) -> Pending | Claim:
         """An acquisition prepared, not yet sent: its plan (``pending.plan``, for a flow of
         ``core/``), or a :class:`Claim` when it needs no round trip (a re-entry, counted
         already). For a primitive that takes this one with others in one script
-        (``groups.LockGroup``); everyone else calls :meth:`claim`."""
-        return self._prepare(wait, False)
+        (``group.LockGroup``); everyone else calls :meth:`claim`."""
+        return self._book.prepare(wait, False)
 
     def settle_acquisition(self, pending: Pending, outcome: Any) -> Claim:
         """What a flow's outcome for ``pending`` (from :meth:`plan_acquisition`) means: held
         from now on (renewed, reported), or why not."""
-        return self._settled(pending, outcome)
+        return self._book.settled(pending, outcome)
 
     def _set_up(
         self, kind: str, name: str, *, timeout: float | None, wait: float | None,
         auto_renew: bool | None, label: str | None, using: str | Sequence[str] | None,
-        group: str | None = None,
+        group: str | None, layout: Layout, **own: Any,
     ) -> None:  # fmt: skip
-        """Check and keep the options every primitive takes (``kind``: "lock"...)."""
+        """Check the options every primitive takes (``kind``: "lock"...), and keep them with
+        the primitive's ``own`` (checked by it) in its bookkeeping."""
         if not isinstance(name, str):
             raise TypeError(f"A {kind} name must be a str, not {type(name).__name__}.")
         if not name:
@@ -97,24 +111,10 @@ class Leased(Holding):
                 "using must be a cache alias or quorum name (a non-empty str), or a list of "
                 f"cache aliases, not {using!r}."
             )
-        self._name = name
-        self._timeout = timeout
-        self._wait = wait
-        self._auto_renew = auto_renew
-        self._label = label
-        self._group = group
-        self._using = using
-        self._reentrant = self._fencing = False
-        self._job_id = self._guard = None
-        self._resolved = None
-        self._holds = weakref.WeakKeyDictionary()
-        self._state = threading.Lock()
-        # Set for good once a release through this object did not complete: from then on an
-        # acquisition looks for one to finish first (_settle), which costs nothing until then.
-        self._release_failed = False
-        # When an acquisition through this object last had to wait: for a while after, the
-        # next one joins the queue at once instead of first trying a bare SET that would fail.
-        self._contended_at = -math.inf
+        self._book = Bookkeeping(
+            self, name, timeout=timeout, wait=wait, auto_renew=auto_renew, label=label,
+            using=using, group=group, layout=layout, **own,
+        )  # fmt: skip
 
     # -- synchronous API -----------------------------------------------------------------------
 
@@ -128,16 +128,16 @@ class Leased(Holding):
         duplicate-submission and run-once guards are built on it. For a lock held for a job
         (``job_id``), only a result that is the job's id counts: a run of the same job that
         finished (the task guards leave it)."""
-        if self._release_failed:
+        if self._book.release_failed:
             self._settle()
-        pending = self._prepare(wait, want_result)
+        pending = self._book.prepare(wait, want_result)
         if isinstance(pending, Claim):
             return pending
         try:
             outcome = run(flows.acquire(pending.plan), backend_of(pending.alias))
         except (RedisError, flows.Unconfirmed) as exc:
-            raise self._backend_error("acquire", exc, pending.plan.started) from exc
-        return self._settled(pending, outcome)
+            raise self._book.backend_error("acquire", exc, pending.plan.started) from exc
+        return self._book.settled(pending, outcome)
 
     def release(self, *, result: bytes | None = None, result_ttl: float = 0) -> None:
         """Release our acquisition (one level of it, for re-entrant locks).
@@ -148,36 +148,36 @@ class Leased(Holding):
         can be retried; renewal stops, so an unreleased lease ends by itself. ``result``: left
         for ``result_ttl`` seconds for acquisitions made with ``claim(want_result=True)``.
         """
-        step = self._release_step(result, result_ttl)
+        step = self._book.release_step(result, result_ttl)
         if step.flow is None:
             return
         try:
             code = run(step.flow, backend_of(step.alias))
         except RedisError as exc:
-            raise self._release_failure(step, exc) from exc
+            raise self._book.release_failure(step, exc) from exc
         except BaseException as exc:
-            self._release_failure(step, exc)
+            self._book.release_failure(step, exc)
             raise
-        self._released(step, code)
+        self._book.released(step, code)
 
     def extend(self, seconds: float | None = None) -> None:
         """Make our lease end ``seconds`` from now (default: the lock's lease length)."""
-        step = self._extend_step(seconds)
+        step = self._book.extend_step(seconds)
         assert step.flow is not None
         try:
             extended = run(step.flow, backend_of(step.alias))
         except (RedisError, flows.Unconfirmed) as exc:
-            raise self._backend_error("extend", exc) from exc
-        self._extended(step, extended)
+            raise self._book.backend_error("extend", exc) from exc
+        self._book.extended(step, extended)
 
     def ensure_held(self) -> None:
         """Raise ``LockLost`` unless Redis confirms we still hold the lock. Call it before a
         write that must not happen without the lock."""
-        hold = self._held_or_raise()
+        hold = self._book.held_or_raise()
         if hold.lost_reason is None and not self.owned():
-            self._report_lost(hold, "its lease was gone when checked")
+            self._book.report_lost(hold, "its lease was gone when checked")
         if hold.lost_reason is not None:
-            raise self._lost_error(hold)
+            raise self._book.lost_error(hold)
 
     def __enter__(self: _Self) -> _Self:
         self.claim().raise_unless_acquired()
@@ -189,23 +189,23 @@ class Leased(Holding):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self._inherited(current_owner()):
+        if self._book.inherited(current_owner()):
             return  # a forked child leaving the with block: the lock stays its parent's
-        hold = self._hold()
+        hold = self._book.hold()
         try:
             self.release()
         except (LockNotOwned, LockBackendError) as error:
-            self._exit_error(hold, exc, error)
+            self._book.exit_error(hold, exc, error)
 
     def _settle(self) -> None:
-        step = self._unsettled()
+        step = self._book.unsettled()
         if step is not None and step.flow is not None:
             try:
-                self._released(step, run(step.flow, backend_of(step.alias)))
+                self._book.released(step, run(step.flow, backend_of(step.alias)))
             except LockNotOwned:
                 pass  # a loss, reported as such
             except RedisError as exc:
-                raise self._release_failure(step, exc) from exc
+                raise self._book.release_failure(step, exc) from exc
 
     # -- asynchronous API ----------------------------------------------------------------------
 
@@ -215,41 +215,41 @@ class Leased(Holding):
 
     async def aclaim(self, wait: float | None = None, *, want_result: bool = False) -> Claim:
         """``claim()`` for asyncio."""
-        if self._release_failed:
+        if self._book.release_failed:
             await self._asettle()
-        pending = self._prepare(wait, want_result)
+        pending = self._book.prepare(wait, want_result)
         if isinstance(pending, Claim):
             return pending
         backend = async_backend_of(pending.alias)
         try:
             outcome = await arun(flows.acquire(pending.plan), backend)
         except (RedisError, flows.Unconfirmed) as exc:
-            raise self._backend_error("acquire", exc, pending.plan.started) from exc
-        return self._settled(pending, outcome)
+            raise self._book.backend_error("acquire", exc, pending.plan.started) from exc
+        return self._book.settled(pending, outcome)
 
     async def arelease(self, *, result: bytes | None = None, result_ttl: float = 0) -> None:
         """``release()`` for asyncio."""
-        step = self._release_step(result, result_ttl)
+        step = self._book.release_step(result, result_ttl)
         if step.flow is None:
             return
         try:
             code = await arun(step.flow, async_backend_of(step.alias))
         except RedisError as exc:
-            raise self._release_failure(step, exc) from exc
+            raise self._book.release_failure(step, exc) from exc
         except BaseException as exc:  # a cancellation too
-            self._release_failure(step, exc)
+            self._book.release_failure(step, exc)
             raise
-        self._released(step, code)
+        self._book.released(step, code)
 
     async def aextend(self, seconds: float | None = None) -> None:
         """``extend()`` for asyncio."""
-        step = self._extend_step(seconds)
+        step = self._book.extend_step(seconds)
         assert step.flow is not None
         try:
             extended = await arun(step.flow, async_backend_of(step.alias))
         except (RedisError, flows.Unconfirmed) as exc:
-            raise self._backend_error("extend", exc) from exc
-        self._extended(step, extended)
+            raise self._book.backend_error("extend", exc) from exc
+        self._book.extended(step, extended)
 
     async def __aenter__(self: _Self) -> _Self:
         (await self.aclaim()).raise_unless_acquired()
@@ -261,21 +261,21 @@ class Leased(Holding):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self._inherited(current_owner()):
+        if self._book.inherited(current_owner()):
             return
-        hold = self._hold()
+        hold = self._book.hold()
         try:
             await self.arelease()
         except (LockNotOwned, LockBackendError) as error:
-            self._exit_error(hold, exc, error)
+            self._book.exit_error(hold, exc, error)
 
     async def _asettle(self) -> None:
-        step = self._unsettled()
+        step = self._book.unsettled()
         if step is not None and step.flow is not None:
             backend = async_backend_of(step.alias)
             try:
-                self._released(step, await arun(step.flow, backend))
+                self._book.released(step, await arun(step.flow, backend))
             except LockNotOwned:
                 pass
             except RedisError as exc:
-                raise self._release_failure(step, exc) from exc
+                raise self._book.release_failure(step, exc) from exc

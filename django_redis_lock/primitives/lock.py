@@ -19,17 +19,20 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from redis.exceptions import RedisError
 
 from ..backends import backend_of
-from ..core.lease import job_id_checked
+from ..backends.clients import LockAlias
+from ..core.lease import held_by, job_id_checked
 from ..core.requests import Command
 from ..hints import check_names, keyword_names
 from .claims import Claim
 from .holds import current_owner
+from .keys import LockKeys, lock_keys
 from .leased import Leased
 
 __all__ = ["LOCK_OPTIONS", "Claim", "Lock"]
@@ -86,34 +89,33 @@ class Lock(Leased):
             raise TypeError(f"guard must be a str, not {type(guard).__name__}.")
         self._set_up(
             "lock", name, timeout=timeout, wait=wait, auto_renew=auto_renew, label=label,
-            using=using, group=group,
+            using=using, group=group, layout=_lock_layout, reentrant=reentrant,
+            fencing=fencing, job_id=None if job_id is None else job_id_checked(job_id),
+            guard=guard or None,
         )  # fmt: skip
-        self._reentrant = reentrant
-        self._fencing = fencing
-        self._job_id = None if job_id is None else job_id_checked(job_id)
-        self._guard = guard or None
 
     def __repr__(self) -> str:
-        return f"<Lock {self._name!r}{' held' if self._hold() else ''}>"
+        return f"<Lock {self._book.name!r}{' held' if self._book.hold() else ''}>"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pickle, copy.copy and copy.deepcopy give a new, unheld Lock with the same name and
         # options: a hold belongs to the thread or task (and process) that took it, and a
         # copy that shared it could release it from under its owner.
+        book = self._book
         options: dict[str, Any] = {
-            "timeout": self._timeout, "wait": self._wait, "auto_renew": self._auto_renew,
-            "reentrant": self._reentrant, "fencing": self._fencing, "label": self._label,
-            "using": self._using, "job_id": self._job_id, "guard": self._guard,
-            "group": self._group,
+            "timeout": book.timeout, "wait": book.wait, "auto_renew": book.auto_renew,
+            "reentrant": book.reentrant, "fencing": book.fencing, "label": book.label,
+            "using": book.using, "job_id": book.job_id, "guard": book.guard,
+            "group": book.given_group,
         }  # fmt: skip
-        return (functools.partial(Lock, self._name, **options), ())
+        return (functools.partial(Lock, book.name, **options), ())
 
     # -- the lock's own -------------------------------------------------------------------------
 
     @property
     def fencing_token(self) -> int | None:
         """The fencing token of the current holder's acquisition (``fencing=True`` only)."""
-        hold = self._hold()
+        hold = self._book.hold()
         return hold.fence if hold else None
 
     def detach(self) -> str:
@@ -123,8 +125,8 @@ class Lock(Leased):
         again; ``registry.force_release``). All levels of a re-entrant hold are given up. No
         round trip. Raises ``LockNotOwned`` when this thread/task does not hold it."""
         owner = current_owner()
-        hold = self._held_or_raise(owner)
-        self._let_go(owner, hold)
+        hold = self._book.held_or_raise(owner)
+        self._book.let_go(owner, hold)
         return hold.token
 
     def locked(self) -> bool:
@@ -133,20 +135,32 @@ class Lock(Leased):
 
     def owned(self) -> bool:
         """Whether this thread/task holds the lock right now (asks Redis)."""
-        hold = self._hold()
-        return hold is not None and self._holds_token(self._read("GET"), hold)
+        hold = self._book.hold()
+        return hold is not None and held_by(self._read("GET"), hold.token)
 
     def ttl(self) -> float | None:
         """Seconds left on the current lease, whoever holds it; None when nobody does, and
         ``math.inf`` for a key without an expiry (never ours: someone wrote it by hand)."""
-        return self._seconds_left(self._read("PTTL"))
+        milliseconds = int(self._read("PTTL"))
+        if milliseconds == -1:
+            logger.warning("Lock %r: its key %s never expires", self.name, self._lease_key())
+            return math.inf
+        return milliseconds / 1000 if milliseconds >= 0 else None
+
+    def _lease_key(self) -> str:
+        return str(self._book.alias_and_keys()[1].lease)
 
     def _read(self, command: str) -> Any:
-        alias, keys = self._alias_and_keys()
+        alias, keys = self._book.alias_and_keys()
         try:
             return backend_of(alias).perform(Command((command, keys.lease)))
         except RedisError as exc:
-            raise self._backend_error("read", exc) from exc
+            raise self._book.backend_error("read", exc) from exc
+
+
+def _lock_layout(name: str, alias: LockAlias, quorum: bool) -> LockKeys:
+    """A lock's keys: the same on one server, a Cluster or each server of a quorum."""
+    return lock_keys(name, alias)
 
 
 # What Lock() takes by name (name too: Lock(name="x"), as redis-py's and python-redis-lock's

@@ -93,34 +93,26 @@ class Semaphore(Leased):
             )
         self._set_up(
             "semaphore", name, timeout=timeout, wait=wait, auto_renew=auto_renew, label=label,
-            using=using, group=group,
+            using=using, group=group, layout=_permit_layout, limit=limit,
         )  # fmt: skip
-        self._limit = limit
 
     def __repr__(self) -> str:
-        held = " held" if self._hold() else ""
-        return f"<Semaphore {self._name!r} limit={self._limit}{held}>"
+        held = " held" if self._book.hold() else ""
+        return f"<Semaphore {self._book.name!r} limit={self._book.limit}{held}>"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # As a Lock's: a copy is a new, unheld Semaphore with the same name and options.
+        book = self._book
         options: dict[str, Any] = {
-            "limit": self._limit, "timeout": self._timeout, "wait": self._wait,
-            "auto_renew": self._auto_renew, "label": self._label, "using": self._using,
-            "group": self._group,
+            "limit": book.limit, "timeout": book.timeout, "wait": book.wait,
+            "auto_renew": book.auto_renew, "label": book.label, "using": book.using,
+            "group": book.given_group,
         }  # fmt: skip
-        return (functools.partial(Semaphore, self._name, **options), ())
+        return (functools.partial(Semaphore, book.name, **options), ())
 
     @property
     def limit(self) -> int:
-        return self._limit
-
-    def _layout(self, alias: LockAlias, quorum: bool) -> Any:
-        if quorum:
-            raise NotImplementedError(
-                f"Semaphore {self._name!r}: semaphores do not support quorum mode yet "
-                f"({alias!r} is a quorum); use one cache alias."
-            )
-        return permit_keys(self._name, alias)
+        return self._book.limit
 
     # -- inspection ----------------------------------------------------------------------------
 
@@ -133,20 +125,29 @@ class Semaphore(Leased):
         """How many permits are free now by this object's ``limit`` (none while waiters are
         queued: they are about to take them). One round trip."""
         snapshot = self._snapshot()
-        return max(0, self._limit - len(snapshot.held) - snapshot.queued)
+        return max(0, self._book.limit - len(snapshot.held) - snapshot.queued)
 
     def owned(self) -> bool:
         """Whether this thread/task holds a permit right now (asks Redis)."""
-        hold = self._hold()
+        hold = self._book.hold()
         return hold is not None and hold.token in self._snapshot().held
 
     def _snapshot(self) -> SemaphoreState:
-        alias, keys = self._alias_and_keys()
+        alias, keys = self._book.alias_and_keys()
         assert isinstance(keys, PermitKeys)
         try:
             return read_state(backend_of(alias), keys)
         except RedisError as exc:
-            raise self._backend_error("read", exc) from exc
+            raise self._book.backend_error("read", exc) from exc
+
+
+def _permit_layout(name: str, alias: LockAlias, quorum: bool) -> PermitKeys:
+    if quorum:
+        raise NotImplementedError(
+            f"Semaphore {name!r}: semaphores do not support quorum mode yet "
+            f"({alias!r} is a quorum); use one cache alias."
+        )
+    return permit_keys(name, alias)
 
 
 @dataclass(frozen=True)
