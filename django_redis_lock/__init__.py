@@ -3,7 +3,13 @@
 The public API is re-exported here; import from ``django_redis_lock``, not its modules.
 """
 
-from .backends.clients import aclose_async_redis_clients, get_async_redis_client, get_redis_client
+from .backends.clients import (
+    UnsupportedCache,
+    aclose_async_redis_clients,
+    get_async_redis_client,
+    get_redis_client,
+)
+from .backends.quorum import QuorumUnavailable
 from .exceptions import (
     DuplicateTask,
     LockBackendError,
@@ -52,9 +58,11 @@ __all__ = [
     "LockNotAcquired",
     "LockNotOwned",
     "LockableModelMixin",
+    "QuorumUnavailable",
     "Semaphore",
     "SingleInstanceCommand",
     "SingleInstanceMixin",
+    "UnsupportedCache",
     "__version__",
     "aclose_async_redis_clients",
     "fenced_update",

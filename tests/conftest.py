@@ -11,6 +11,8 @@
 - ``redis_proxy``: the session's server behind a TCP proxy that can lose replies.
 - ``broker_url``: a private redis-server of its own, the real task-queue workers' broker and
   result backend (never emptied between tests, so a worker started once serves many).
+- ``topology`` (``tests/topologies.py``): each test that takes it runs on one server, a Redis
+  Cluster and a quorum; ``on_cluster`` and ``quorum`` set up one of them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from django.test import override_settings
 from embedded_redis import EmbeddedRedis, start_cluster
 from tests.helpers import keys_without_ttl
 from tests.proxy import TcpProxy
+from tests.topologies import on_cluster, quorum, topology  # noqa: F401 (fixtures)
 
 ServerFactory = Callable[..., EmbeddedRedis]
 

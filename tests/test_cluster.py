@@ -1,4 +1,6 @@
-"""Everything on a real 3-primary Redis Cluster, through DJANGO_REDIS_LOCK_CONNECTION_FACTORY."""
+"""What a real 3-primary Redis Cluster adds (through DJANGO_REDIS_LOCK_CONNECTION_FACTORY):
+one slot per lock, every primary scanned, replicas asked on the slot's primary, lock_many
+across slots. The promises every topology keeps are in ``test_contract.py``."""
 
 from __future__ import annotations
 
@@ -6,21 +8,9 @@ import threading
 
 import pytest
 import redis
-from redis.cluster import RedisCluster
 
-from django_redis_lock import Lock, LockBackendError, LockLost, get_redis_client, registry
+from django_redis_lock import Lock, LockBackendError, registry
 from django_redis_lock.primitives.keys import lock_keys
-from tests import factories
-
-
-@pytest.fixture
-def on_cluster(settings, redis_cluster):
-    factories.cluster_url[:] = [redis_cluster.startup_url]
-    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.factories.cluster_client"
-    client = get_redis_client()
-    assert isinstance(client, RedisCluster)
-    yield client
-    client.close()
 
 
 def test_lock_keys_share_one_slot(on_cluster):
@@ -30,43 +20,6 @@ def test_lock_keys_share_one_slot(on_cluster):
         for key in (keys.lease, keys.queue, keys.waiters, keys.result, keys.wake("t"))
     }
     assert len(slots) == 1
-
-
-def test_acquire_release_wait_fencing_reentry(on_cluster):
-    names = [f"cluster:{index}" for index in range(30)]  # spread over the three primaries
-    for name in names:
-        with (
-            Lock(name, timeout=10, fencing=True, reentrant=True) as held,
-            Lock(name, reentrant=True, timeout=10),
-        ):
-            assert held.fencing_token
-    assert not any(Lock(name).locked() for name in names)
-
-
-def test_waiter_is_woken_by_the_release(on_cluster):
-    holder = Lock("cluster:wait", timeout=10)
-    holder.acquire()
-    got_it = threading.Event()
-    waiter = threading.Thread(
-        target=lambda: Lock("cluster:wait", wait=5).acquire() and got_it.set()
-    )
-    waiter.start()
-    while not on_cluster.exists(lock_keys("cluster:wait", "default").queue):
-        got_it.wait(0.01)
-    holder.release()
-    assert got_it.wait(5)
-    waiter.join()
-
-
-def test_renewal_and_loss(on_cluster, settings):
-    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
-    with pytest.raises(LockLost), Lock("cluster:renew") as held:
-        held_for = threading.Event()
-        held_for.wait(0.9)  # three leases: renewed on the cluster
-        assert held.owned()
-        on_cluster.delete(lock_keys("cluster:renew", "default").lease)
-        threading.Event().wait(0.5)
-        assert held.lost
 
 
 def test_registry_scans_every_primary(on_cluster):

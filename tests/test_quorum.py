@@ -1,19 +1,17 @@
 """Quorum mode on three real, independent redis-server processes (one stopped, two stopped,
-one paused), with threads and processes contending."""
+one paused), with processes contending. The promises every topology keeps are in
+``test_contract.py``."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
 import resource
 import signal
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
-import redis
 from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
@@ -31,34 +29,11 @@ from django_redis_lock import (
 )
 from django_redis_lock.primitives.keys import lock_keys
 from tests import workers
-from tests.conftest import django_redis_caches
 from tests.helpers import lease_token, plant_lease
-from tests.test_async_scaleout import take_and_release
 from tests.test_lock_concurrency import PROCESSES, run_workers
+from tests.topologies import QUORUM_MEMBERS
 
-MEMBERS = ["q0", "q1", "q2"]
-
-
-@pytest.fixture
-def quorum(settings, redis_server_factory, redis_url):
-    servers = [redis_server_factory() for _ in MEMBERS]
-    caches = django_redis_caches(redis_url)
-    for alias, server in zip(MEMBERS, servers, strict=True):
-        caches[alias] = {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": server.url,
-            "KEY_PREFIX": f"prefix-of-{alias}",  # ignored by quorum keys: one key everywhere
-            "OPTIONS": {"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": 2},
-        }
-    settings.CACHES = caches
-    settings.DJANGO_REDIS_LOCK_QUORUMS = {"redlock": MEMBERS}
-    clients = [redis.Redis.from_url(server.url) for server in servers]
-    yield SimpleNamespace(servers=servers, clients=clients, caches=caches)
-    for server in servers:
-        if server.pid:
-            os.kill(server.pid, signal.SIGCONT)  # in case a test paused it and failed
-    for client in clients:
-        client.close()
+MEMBERS = QUORUM_MEMBERS
 
 
 def lease_key(name):
@@ -75,32 +50,6 @@ def test_held_on_every_server_and_released_from_all(quorum):
         assert not Lock("q:basic", using="redlock").acquire(wait=0)
     assert not any(client.exists(key) for client in quorum.clients)
     assert not Lock("q:basic", using="redlock").locked()
-
-
-def test_mutual_exclusion_threads_no_lost_updates(quorum, redis_client):
-    inside, counter, overlaps = [0], [0], []
-    state = threading.Lock()
-
-    def work():
-        for _ in range(25):
-            with Lock("q:counter", using="redlock", timeout=10, wait=30):
-                with state:
-                    inside[0] += 1
-                    if inside[0] != 1:
-                        overlaps.append(inside[0])
-                value = counter[0]
-                time.sleep(0)  # let another thread run here, if the lock let it in
-                counter[0] = value + 1
-                with state:
-                    inside[0] -= 1
-
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert overlaps == []
-    assert counter[0] == 8 * 25
 
 
 def test_mutual_exclusion_processes_no_lost_updates(quorum, redis_url, redis_client):
@@ -280,60 +229,6 @@ def test_a_grant_that_outlived_its_lease_does_not_count(quorum, caplog):
     assert not Lock("q:too-short", using="redlock", timeout=0.002).acquire(wait=0)
     assert "no majority granted lock:{q:too-short} within its lease" in caplog.text
     assert not any(client.exists(lease_key("q:too-short")) for client in quorum.clients)
-
-
-def test_a_waiter_gets_the_lock_after_the_release(quorum):
-    holder = Lock("q:wait", using="redlock")
-    holder.acquire()
-    contended, got_it = threading.Event(), threading.Event()
-
-    def on_contended(sender, **kwargs):
-        contended.set()
-
-    signals.lock_contended.connect(on_contended)
-    try:
-
-        def wait_for_it():
-            waiting = Lock("q:wait", using="redlock", wait=10)
-            if waiting.acquire():
-                got_it.set()
-                waiting.release()
-
-        waiter = threading.Thread(target=wait_for_it)
-        waiter.start()
-        assert contended.wait(5)
-        assert not got_it.is_set()
-        holder.release()
-        assert got_it.wait(5)
-        waiter.join()
-    finally:
-        signals.lock_contended.disconnect(on_contended)
-
-
-def test_reentrant_levels_are_counted_in_the_process(quorum):
-    key = lease_key("q:reentrant")
-    lock = Lock("q:reentrant", using="redlock", reentrant=True)
-    with lock:
-        leases = [client.get(key) for client in quorum.clients]
-        with lock:
-            assert [client.get(key) for client in quorum.clients] == leases  # no round trip
-        assert lock.owned()
-    assert not any(client.exists(key) for client in quorum.clients)
-
-
-def test_async_api(quorum):
-    async def main():
-        lock = Lock("q:async", using="redlock", wait=10)
-        async with lock:
-            assert lock.owned()
-            waiter = asyncio.create_task(
-                take_and_release(Lock("q:async", using="redlock", wait=10))
-            )
-            await asyncio.sleep(0.05)  # the waiter is retrying; the loop is not blocked
-            assert not waiter.done()
-        assert await waiter
-
-    asyncio.run(main())
 
 
 def test_default_alias_may_name_a_quorum(quorum, settings):
