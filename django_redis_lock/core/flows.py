@@ -339,6 +339,7 @@ def _result_instead(plan: AcquirePlan, granted: Acquired) -> Flow:
     """Handed the lock after the guarded work was done (``want_result``): pass it on, and
     answer with the work's result."""
     keys = plan.keys
+    assert isinstance(keys, LockKeys)  # (only a lock's work leaves a result)
     result = yield Command(("GET", keys.result))
     yield from release(keys, plan.token, granted.next_token, cleanup=True)
     if result is None:  # expired meanwhile: nothing to answer with but "not acquired"

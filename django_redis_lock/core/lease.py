@@ -258,10 +258,8 @@ class LockKeys:
     """The keys of one lock (``primitives/keys.py`` names them): the lease, and the queue keys
     that exist while someone waits.
 
-    With ``core/permits.PermitKeys`` (a semaphore's), a *layout*: what the acquisition flow
-    (``flows.py``) needs to know of a primitive, namely its keys, the names of its four scripts
-    (their replies have one shape) and each script's keys and arguments. ``lease`` is the key
-    the primitive lives in."""
+    A :class:`~django_redis_lock.core.layout.KeyLayout`, as a semaphore's
+    ``permits.PermitKeys`` is: what the flows need to know of a primitive."""
 
     lease: str
     queue: str

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .lease import LockKeys
+from .layout import KeyLayout
 
 __all__ = ["AcquirePlan"]
 
@@ -16,7 +16,7 @@ __all__ = ["AcquirePlan"]
 class AcquirePlan:
     """One acquisition: what to send, and the rules to follow."""
 
-    keys: LockKeys
+    keys: KeyLayout  # a lock's (lease.LockKeys) or a semaphore's (permits.PermitKeys)
     token: str
     lease_ms: int
     record: str  # the owner record (lease.OwnerRecord.encode())
@@ -31,7 +31,7 @@ class AcquirePlan:
     # Lease values (prefixes) taken over as if the lock were free: the job's reservation.
     takeover: tuple[str, ...] = ()
     only_takeover: bool = False  # a free lock is left free (a reservation renamed)
-    limit: int = 0  # a semaphore's number of permits (keys: core/permits.PermitKeys)
+    limit: int = 0  # a semaphore's number of permits
     report_holder: Callable[[], bool] = lambda: False  # ask for the holder's record now?
     # The first time we must wait: called with the plan and the holder's lease value (or None).
     on_contended: Callable[[AcquirePlan, Any], None] = lambda plan, holder: None

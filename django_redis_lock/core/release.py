@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from .layout import KeyLayout
 from .lease import PENDING_JOB, LockKeys, is_reservation, job_of, reservation_token
-from .permits import PermitKeys
 from .requests import Command, Eval, Failover, Flow, Pipeline
 
 __all__ = ["Unconfirmed", "end_reservation", "extend", "give_back", "release", "text"]
@@ -27,7 +27,7 @@ def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def give_back(keys: LockKeys, token: str) -> Eval:
+def give_back(keys: KeyLayout, token: str) -> Eval:
     """Sent after an acquisition request whose reply we gave up on (too slow, cancelled), on
     the same connection: the lease that request may have granted goes back instead of being
     held for a lease by nobody."""
@@ -35,7 +35,7 @@ def give_back(keys: LockKeys, token: str) -> Eval:
 
 
 def release(
-    keys: LockKeys | PermitKeys,
+    keys: KeyLayout,
     token: str,
     expected: str,
     *,
@@ -70,7 +70,7 @@ def release(
 
 
 def extend(
-    keys: LockKeys, token: str, lease_ms: int, replicas: int = 0, timeout_ms: int = 0
+    keys: KeyLayout, token: str, lease_ms: int, replicas: int = 0, timeout_ms: int = 0
 ) -> Flow:
     """Make the lease end ``lease_ms`` from now; False when it is no longer ours."""
     reply = yield Eval(

@@ -22,12 +22,12 @@ from ..backends.wire import request_sent
 from ..conf import lock_settings
 from ..core import durations, flows
 from ..core.labels import group_of
+from ..core.layout import KeyLayout
 from ..core.lease import takeover_prefixes
 from ..exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from . import holds, reports
 from .claims import Claim, Pending, Resolved, Step, resolve
 from .holds import Hold, HoldWatch, current_owner, own_tokens, reentrant_holds, strays
-from .keys import LockKeys
 from .renewal import RenewedLease, renewer
 
 __all__ = ["Bookkeeping", "Layout"]
@@ -44,7 +44,7 @@ _CONTENDED_MEMORY = 1.0
 
 #: A primitive's keys (and scripts): ``layout(name, alias, quorum)`` (``keys.lock_keys`` for a
 #: lock; a semaphore's differ).
-Layout = Callable[[str, LockAlias, bool], Any]
+Layout = Callable[[str, LockAlias, bool], KeyLayout]
 
 
 class Bookkeeping:
@@ -137,11 +137,11 @@ class Bookkeeping:
             )  # fmt: skip
         return self._resolved
 
-    def _keys(self, alias: LockAlias, quorum: bool) -> Any:
+    def _keys(self, alias: LockAlias, quorum: bool) -> KeyLayout:
         """The keys (and scripts) of this primitive (``LockKeys``; a semaphore's differ)."""
         return self._layout(self.name, alias, quorum)
 
-    def alias_and_keys(self) -> tuple[LockAlias, LockKeys]:
+    def alias_and_keys(self) -> tuple[LockAlias, KeyLayout]:
         resolved = self.resolve()
         return resolved.alias, resolved.keys
 
@@ -377,7 +377,7 @@ class Bookkeeping:
         self._forget(owner, self.resolve().keys, hold)
         logger.debug("Detached from lock %r: its lease runs on", self.name)
 
-    def _forget(self, owner: object, keys: LockKeys, hold: Hold) -> None:
+    def _forget(self, owner: object, keys: KeyLayout, hold: Hold) -> None:
         own_tokens.discard(hold.token)
         if hold.renewal is not None:
             renewer.remove(hold.renewal)

@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from ..backends.clients import LockAlias, quorum_members
 from ..conf import lock_settings
 from ..core import flows
-from ..core.lease import LockKeys
+from ..core.layout import KeyLayout
 from ..exceptions import LockNotAcquired
 from .holds import Hold, OwnerRecords
 from .keys import readable_tag
@@ -42,7 +42,7 @@ class Resolved:
     """What a Lock takes from the settings, on first use."""
 
     alias: LockAlias
-    keys: LockKeys
+    keys: KeyLayout
     lease: float
     renew: bool
     wait: float
@@ -106,7 +106,7 @@ class Step:
 
     owner: object
     alias: LockAlias
-    keys: LockKeys
+    keys: KeyLayout
     hold: Hold
     flow: flows.Flow | None
     earlier_ran: bool = False  # release: an earlier try of it may have run in Redis
