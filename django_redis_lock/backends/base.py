@@ -4,11 +4,11 @@ table, and the small helpers the topologies use.
 
 A backend carries out the core's requests (``core/requests.py``) by a handful of methods that
 each topology implements its own way (``send``, ``send_many``, ``run_script``,
-``acknowledged``, ``wait``, ``run_then_wait``, ``drop_stale``); :meth:`Backend.operation` maps a
-request onto them, once for all. What a reader of live state asks of a topology (the servers
-to ``SCAN``, the server of a key, a read that a majority must answer, renewing many leases) is
-a method of the sync backends too (``server.py``), so nothing outside ``backends/`` asks which
-topology it runs on.
+``acknowledged``, ``wait``, ``run_then_wait``, ``drop_stale``); :meth:`Backend.call` maps a
+request onto them, once for both drivers. What a reader of live state asks of a topology
+(the servers to ``SCAN``, the server of a key, a read that a majority must answer, renewing many
+leases) is a method of the sync backends too (``server.py``), so nothing outside ``backends/``
+asks which topology it runs on.
 """
 
 from __future__ import annotations
@@ -112,44 +112,41 @@ class Backend:
         """No use sending anything more now (telling the queue we leave, say)."""
         return isinstance(error, RedisTimeoutError)
 
-    def operation(
-        self, request: Request
-    ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
-        """The method that carries ``request`` out, and its arguments: ``perform`` calls it
-        (and the async twin awaits it), so the mapping is written once for both drivers."""
+    def call(self, request: Request) -> Any:
+        """Carry ``request`` out by the method of this backend that does it: a sync backend's
+        call returns the reply, an async twin's returns an awaitable of it (its methods are
+        coroutine functions). So the mapping is written once for both drivers; ``perform`` is
+        this call (sync) or awaits it (async)."""
         kind = type(request)
         if kind is Command:
             assert isinstance(request, Command)
-            options = {
-                "reply_timeout": request.reply_timeout,
-                "if_silent": silent(request.give_back),
-            }
-            return self.send, request.args, options
+            return self.send(
+                *request.args,
+                reply_timeout=request.reply_timeout, if_silent=silent(request.give_back),
+            )  # fmt: skip
         if kind is Eval:
             assert isinstance(request, Eval)
             script = SCRIPTS[request.script]
             if request.replicas:
-                arguments = (
+                return self.acknowledged(
                     script, request.keys, request.args, request.replicas,
                     request.replica_timeout_ms, grants,
                 )  # fmt: skip
-                return self.acknowledged, arguments, {}
-            options = {
-                "reply_timeout": request.reply_timeout,
-                "if_silent": silent(request.give_back),
-            }
-            return self.run_script, (script, request.keys, request.args), options
+            return self.run_script(
+                script, request.keys, request.args,
+                reply_timeout=request.reply_timeout, if_silent=silent(request.give_back),
+            )  # fmt: skip
         if kind is Block:
             assert isinstance(request, Block)
             if request.first is not None:
-                return self.run_then_wait, (request, request.first), {}
-            return self.wait, (request.key, request.seconds, request.exact), {}
+                return self.run_then_wait(request, request.first)
+            return self.wait(request.key, request.seconds, request.exact)
         if kind is Pipeline:
             assert isinstance(request, Pipeline)
-            return self.send_many, (request.commands,), {}
+            return self.send_many(request.commands)
         if kind is Failover:
             assert isinstance(request, Failover)
-            return self.drop_stale, (request.key,), {}
+            return self.drop_stale(request.key)
         raise TypeError(f"{type(self).__name__} cannot carry out {request!r}")
 
     # Every method named above, each topology's own way; the sync backends' return replies,
