@@ -22,6 +22,8 @@ KEPT = [
     ("connection", "get_redis_client", "backends.clients"),
     ("connection", "get_async_redis_client", "backends.clients"),
     ("connection", "aclose_async_redis_clients", "backends.clients"),
+    ("quorum", "QuorumUnavailable", "backends.quorum.client"),
+    ("quorum", "QuorumClient", "backends.quorum.client"),
     ("tasks", "guarded", "tasks"),
     ("tasks", "GuardedBackend", "tasks"),
     ("celery", "GuardedTask", "celery"),
