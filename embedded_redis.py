@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -39,6 +40,7 @@ from redis.retry import Retry
 __all__ = [
     "EmbeddedRedis",
     "RedisServerNotFound",
+    "TlsFiles",
     "die_with_parent",
     "find_redis_server",
     "start_cluster",
@@ -107,13 +109,25 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child between f
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for a TLS-only server: its certificate and key, and the CA that signed it (what
+    a client is given to trust the server)."""
+
+    cert: str
+    key: str
+    ca: str
+
+
 class EmbeddedRedis:
     """One private ``redis-server`` process on loopback.
 
     ``port=None`` picks a free port (kept across :meth:`restart`). ``args`` are extra
     ``redis-server`` options, e.g. ``["--maxmemory", "10mb"]``. With ``die_with_parent``
     (Linux), the server is stopped by the kernel when the thread that started it ends, so start
-    it from a thread that outlives it (the main thread, typically).
+    it from a thread that outlives it (the main thread, typically). With ``tls``, the server
+    speaks TLS only (no plain port) and :attr:`url` is a ``rediss://`` one; a client needs
+    ``ssl_ca_certs=tls.ca`` to trust it.
     """
 
     def __init__(
@@ -126,6 +140,7 @@ class EmbeddedRedis:
         args: Sequence[str] = (),
         sentinel: Sequence[str] = (),
         die_with_parent: bool = True,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.binary = binary or find_redis_server()
         # Sentinel mode: these lines ("sentinel monitor ...") go into its config file, which a
@@ -134,6 +149,7 @@ class EmbeddedRedis:
         self.host = host
         self.port = port
         self.args = list(args)
+        self.tls = tls
         self._directory = Path(directory) if directory is not None else None
         self._own_directory = False
         self._die_with_parent = die_with_parent and sys.platform.startswith("linux")
@@ -145,7 +161,7 @@ class EmbeddedRedis:
     def url(self) -> str:
         if self.port is None:
             raise RuntimeError("The server has not been started yet.")
-        return f"redis://{self.host}:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://{self.host}:{self.port}/0"
 
     @property
     def pid(self) -> int | None:
@@ -216,10 +232,18 @@ class EmbeddedRedis:
         )
 
     def _server_command(self) -> list[str]:
+        if self.tls is None:
+            ports = ["--port", str(self.port)]
+        else:
+            ports = [
+                "--port", "0", "--tls-port", str(self.port),
+                "--tls-cert-file", self.tls.cert, "--tls-key-file", self.tls.key,
+                "--tls-ca-cert-file", self.tls.ca, "--tls-auth-clients", "no",
+            ]  # fmt: skip
         return [
             self.binary,
             "--bind", self.host,
-            "--port", str(self.port),
+            *ports,
             "--dir", str(self.directory),
             "--logfile", str(self.logfile),
             "--save", "",
@@ -247,8 +271,11 @@ class EmbeddedRedis:
         # answered by the wrong process.
         assert self._process is not None
         assert self.port is not None
+        tls: dict[str, Any] = (
+            {} if self.tls is None else {"ssl": True, "ssl_ca_certs": self.tls.ca}
+        )
         client = redis.Redis(
-            host=self.host, port=self.port, socket_timeout=1.0, retry=Retry(NoBackoff(), 0)
+            host=self.host, port=self.port, socket_timeout=1.0, retry=Retry(NoBackoff(), 0), **tls
         )
         try:
             return bool(client.info("server")["process_id"] == self._process.pid)

@@ -1,0 +1,169 @@
+"""Locks over TLS (``rediss://``): a TLS-only redis-server with a throw-away certificate
+(``trustme``), reached through django-redis and through Django's own Redis cache, sync and
+async: taking, waiting (the handoff's blocking read on a TLS socket), renewal, and the admin."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import redis
+import trustme
+
+from django_redis_lock import Lock, LockBackendError, LockLost, get_redis_client, signals
+from django_redis_lock.primitives.keys import lock_keys
+from embedded_redis import EmbeddedRedis, TlsFiles
+from tests.helpers import lease_token, wait_until
+from tests.test_async_scaleout import take_and_release
+
+CACHE_BACKENDS = {
+    "django-redis": "django_redis.cache.RedisCache",
+    "django": "django.core.cache.backends.redis.RedisCache",
+}
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    """A redis-server that speaks TLS only, its certificate signed by a throw-away CA."""
+    directory = tmp_path_factory.mktemp("tls")
+    authority = trustme.CA()
+    certificate = authority.issue_cert("127.0.0.1", "localhost")
+    files = TlsFiles(*(str(directory / name) for name in ("cert.pem", "key.pem", "ca.pem")))
+    certificate.cert_chain_pems[0].write_to_path(files.cert)
+    certificate.private_key_pem.write_to_path(files.key)
+    authority.cert_pem.write_to_path(files.ca)
+    server = EmbeddedRedis(tls=files, directory=directory / "data")
+    try:
+        server.start()
+    except RuntimeError as exc:
+        if "tls" in str(exc).lower():
+            pytest.skip(f"this redis-server is built without TLS: {exc}")
+        raise
+    yield server
+    server.stop()
+
+
+def _caches(
+    server: EmbeddedRedis, backend: str, location: str | None = None, **tls: Any
+) -> dict[str, Any]:
+    options = {"CONNECTION_POOL_KWARGS": tls} if backend == "django-redis" else tls
+    return {
+        "default": {
+            "BACKEND": CACHE_BACKENDS[backend],
+            "LOCATION": location or server.url,
+            "OPTIONS": options,
+        }
+    }
+
+
+@pytest.fixture(params=sorted(CACHE_BACKENDS))
+def over_tls(request: Any, settings: Any, tls_server: EmbeddedRedis) -> Iterator[SimpleNamespace]:
+    """The default cache (and so the locks) on the TLS server, through each cache backend."""
+    assert tls_server.tls is not None
+    settings.CACHES = _caches(tls_server, request.param, ssl_ca_certs=tls_server.tls.ca)
+    client = redis.Redis.from_url(tls_server.url, ssl_ca_certs=tls_server.tls.ca)
+    client.flushdb()
+    yield SimpleNamespace(client=client, server=tls_server)
+    client.close()
+
+
+def test_the_server_speaks_tls_only(tls_server):
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis(host=tls_server.host, port=tls_server.port, socket_timeout=2).ping()
+
+
+def test_locks_take_over_tls(over_tls):
+    connection = get_redis_client().connection_pool.get_connection()
+    try:
+        assert isinstance(connection._sock, ssl.SSLSocket)  # not a plain socket
+    finally:
+        get_redis_client().connection_pool.release(connection)
+    with Lock("tls:basic", timeout=10, fencing=True) as held:
+        assert lease_token(over_tls.client, lock_keys("tls:basic", "default").lease) == held.token
+        assert held.owned()
+        assert held.fencing_token
+        assert not Lock("tls:basic", wait=0).acquire()
+    assert not over_tls.client.exists(lock_keys("tls:basic", "default").lease)
+
+
+def test_a_waiter_is_handed_the_lock_over_tls(over_tls):
+    holder = Lock("tls:wait", timeout=10)
+    holder.acquire()
+    contended, got_it = threading.Event(), threading.Event()
+
+    def on_contended(sender, **kwargs):
+        contended.set()
+
+    def wait_for_it():
+        waiting = Lock("tls:wait", wait=10)
+        if waiting.acquire():
+            got_it.set()
+            waiting.release()
+
+    signals.lock_contended.connect(on_contended)
+    try:
+        waiter = threading.Thread(target=wait_for_it)
+        waiter.start()
+        assert contended.wait(5)
+        queue = lock_keys("tls:wait", "default").queue
+        wait_until(lambda: over_tls.client.llen(queue) == 1, 5, "the waiter blocked in line")
+        holder.release()
+        assert got_it.wait(5)  # woken by the release's push, read off a TLS socket
+        waiter.join()
+    finally:
+        signals.lock_contended.disconnect(on_contended)
+
+
+def test_renewed_over_tls_and_a_loss_is_told(over_tls, settings):
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    with pytest.raises(LockLost), Lock("tls:renew") as held:
+        renewal = held._book.hold().renewal
+        first_end = renewal.expires_at
+        wait_until(lambda: renewal.expires_at > first_end + 0.6, 10, "three renewals")
+        assert held.owned()
+        over_tls.client.delete(lock_keys("tls:renew", "default").lease)
+        wait_until(lambda: held.lost, 5, "the renewal to find the lease gone")
+
+
+def test_the_async_api_over_tls(over_tls):
+    async def main():
+        lock = Lock("tls:async", wait=10)
+        async with lock:
+            assert lock.owned()
+            waiter = asyncio.create_task(take_and_release(Lock("tls:async", wait=10)))
+            await asyncio.sleep(0.05)
+            assert not waiter.done()
+        assert await waiter
+
+    asyncio.run(main())
+
+
+def test_the_admin_lists_and_releases_over_tls(over_tls, admin_client):
+    with Lock("tls:listed", timeout=30, label="over TLS") as held:
+        page = admin_client.get("/admin/django_redis_lock/heldlock/")
+        assert page.status_code == 200
+        assert "tls:listed" in page.content.decode()
+        assert "over TLS" in page.content.decode()
+        assert held.owned()
+
+
+def test_an_untrusted_certificate_is_a_clear_backend_error(settings, tls_server):
+    """Without the CA, the client refuses the server: the error says so (and the suite's other
+    tests would fail the same way if the TLS options did not reach the connection)."""
+    # Another database: django-redis keeps one pool per URL for the process, and the other
+    # tests' pool trusts the CA.
+    settings.CACHES = _caches(tls_server, "django-redis", tls_server.url.replace("/0", "/1"))
+    with pytest.raises(LockBackendError, match=r"certificate verify failed"):
+        Lock("tls:untrusted", wait=0).acquire()
+
+
+def test_certificates_are_written_where_the_server_reads_them(tls_server):
+    assert tls_server.tls is not None
+    for path in (tls_server.tls.cert, tls_server.tls.key, tls_server.tls.ca):
+        assert Path(path).read_text().startswith("-----BEGIN")
