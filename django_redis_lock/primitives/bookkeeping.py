@@ -201,10 +201,7 @@ class Bookkeeping:
         return Pending(owner, resolved.alias, plan, resolved.lease, resolved.renew)
 
     def _reentered(self, owner: object, hold: Hold) -> Claim:
-        if (
-            hold.lost_reason is None
-            and lease_clock() >= hold.ends_at() - durations.clock_allowance(hold.lease)
-        ):
+        if hold.lost_reason is None and hold.may_have_ended(lease_clock()):
             # Its lease has ended by our own clock (not renewed, or no longer): someone else
             # may hold the lock now, and a level more of it would guard nothing.
             self.report_lost(hold, "its lease had ended before it was re-entered")
@@ -328,7 +325,7 @@ class Bookkeeping:
             and step.earlier_ran
             and hold.lost_reason is None
             and releasing_since is not None
-            and releasing_since < hold.ends_at() - durations.clock_allowance(hold.lease)
+            and not hold.may_have_ended(releasing_since)
         ):
             # An earlier try was sent while the lease still ran, and its reply was lost: it
             # went through, or the lease ended after the work under it had, so nobody

@@ -19,6 +19,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core.durations import clock_allowance
 from ..core.lease import JOB_SEPARATOR, OwnerRecord, holder_token
 
 if TYPE_CHECKING:
@@ -175,6 +176,11 @@ class Hold:
     def ends_at(self) -> float:
         """When the lease ends (monotonic), by the latest renewal or extension we know of."""
         return self.renewal.expires_at if self.renewal is not None else self.lease_ends_at
+
+    def may_have_ended(self, now: float) -> bool:
+        """Whether the lease may have ended in Redis by ``now`` (monotonic): Redis' clock may
+        run a little fast (``clock_allowance``)."""
+        return now >= self.ends_at() - clock_allowance(self.lease)
 
 
 class HoldWatch:
