@@ -16,18 +16,17 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..backends import Backend, backend_of
+from ..backends import backend_of
 from ..backends.clients import LockAlias
 from ..backends.wire import request_sent
 from ..conf import lock_settings
 from ..core import durations, flows
 from ..core.labels import group_of
 from ..core.layout import KeyLayout
-from ..core.lease import takeover_prefixes
 from ..exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from . import holds, reports
 from .claims import Claim, Pending, Resolved, Step, resolve
-from .holds import Hold, HoldWatch, current_owner, own_tokens, reentrant_holds, strays
+from .holds import Hold, HoldWatch, current_owner, own_tokens, reentrant_holds
 from .renewal import RenewedLease, renewer
 
 __all__ = ["Bookkeeping", "Layout"]
@@ -172,33 +171,12 @@ class Bookkeeping:
             hold = hold or reentrant_holds.get(owner, resolved.keys.lease)
             if hold is not None and hold.pid == holds.pid and hold.count > 0:
                 return self._reentered(owner, hold)
-        quorum, replicas = resolved.quorum, resolved.replicas
         started = time.monotonic()
-        plan = flows.AcquirePlan(
-            keys=resolved.keys,
-            token=holds.new_token() if self.job_id is None else holds.job_token(self.job_id),
-            lease_ms=durations.milliseconds(resolved.lease),
-            record=resolved.records.encoded(owner, resolved.lease),
-            max_wait=resolved.wait if wait is None else wait,
-            clock=time.monotonic,
-            first=self._first_try(started, want_result, replicas, quorum),
-            queues=not quorum,
-            fencing=self.fencing,
-            limit=self.limit,
-            want_result=want_result,
-            job=self.job_id is not None,
-            takeover=() if self.job_id is None else takeover_prefixes(self.job_id),
-            report_holder=reports.contention_observed,
-            on_contended=self._contended,
-            retry_soon=Backend.retry_soon,
-            unreachable=Backend.unreachable,
-            replicas=replicas,
-            replica_timeout_ms=resolved.replica_timeout_ms,
-            started=started,
-            strays=strays.take(resolved.keys.lease, started),
-            strayed=strays.left,
-        )
-        return Pending(owner, resolved.alias, plan, resolved.lease, resolved.renew)
+        return resolved.acquisition(
+            owner, wait=wait, want_result=want_result, fencing=self.fencing, limit=self.limit,
+            job_id=self.job_id, started=started, on_contended=self._contended,
+            first=self._first_try(started, want_result, resolved.replicas, resolved.quorum),
+        )  # fmt: skip
 
     def _reentered(self, owner: object, hold: Hold) -> Claim:
         if hold.lost_reason is None and hold.may_have_ended(lease_clock()):

@@ -1,21 +1,25 @@
 """What a Lock carries between its API and its flows: the outcome it reports (``Claim``), the
-settings it resolved (``Resolved``, made by ``resolve``), and an acquisition, release or
-extension under way."""
+settings it resolved (``Resolved``, made by ``resolve``) and the plan of an acquisition they
+make, and an acquisition, release or extension under way."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ..backends import Backend
 from ..backends.clients import LockAlias, quorum_members
 from ..conf import lock_settings
-from ..core import flows
+from ..core import durations, flows
 from ..core.layout import KeyLayout
+from ..core.lease import takeover_prefixes
 from ..exceptions import LockNotAcquired
-from .holds import Hold, OwnerRecords
+from . import holds, reports
+from .holds import Hold, OwnerRecords, strays
 from .keys import readable_tag
 
 __all__ = ["Claim", "Pending", "Resolved", "Step", "resolve"]
@@ -50,6 +54,39 @@ class Resolved:
     replicas: int  # that must confirm an acquisition (MIN_REPLICAS)
     replica_timeout_ms: int
     records: OwnerRecords  # its acquisitions' owner records
+
+    def acquisition(
+        self, owner: object, *, wait: float | None, want_result: bool, fencing: bool,
+        limit: int, job_id: str | None, started: float, first: str,
+        on_contended: Callable[[flows.AcquirePlan, Any], None],
+    ) -> Pending:  # fmt: skip
+        """One acquisition by ``owner`` under these settings, planned for the flows
+        (``wait``: this call's, None: the settings'; ``first``: how it starts)."""
+        plan = flows.AcquirePlan(
+            keys=self.keys,
+            token=holds.new_token() if job_id is None else holds.job_token(job_id),
+            lease_ms=durations.milliseconds(self.lease),
+            record=self.records.encoded(owner, self.lease),
+            max_wait=self.wait if wait is None else wait,
+            clock=time.monotonic,
+            first=first,
+            queues=not self.quorum,
+            fencing=fencing,
+            limit=limit,
+            want_result=want_result,
+            job=job_id is not None,
+            takeover=() if job_id is None else takeover_prefixes(job_id),
+            report_holder=reports.contention_observed,
+            on_contended=on_contended,
+            retry_soon=Backend.retry_soon,
+            unreachable=Backend.unreachable,
+            replicas=self.replicas,
+            replica_timeout_ms=self.replica_timeout_ms,
+            started=started,
+            strays=strays.take(self.keys.lease, started),
+            strayed=strays.left,
+        )
+        return Pending(owner, self.alias, plan, self.lease, self.renew)
 
 
 def resolve(
