@@ -12,25 +12,10 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import Lock, aclose_async_redis_clients, get_async_redis_client
 from django_redis_lock.primitives.keys import lock_keys
-from tests import factories
+from tests.promises import take_and_release
 
 # django-redis keeps connection pools per URL for the whole process: a service name per test.
 _services = iter(range(1_000_000))
-
-
-async def take_and_release(lock):
-    """A waiter's task: whether it got the lock (then given back, by the task that holds it)."""
-    acquired = await lock.aacquire()
-    if acquired:
-        await lock.arelease()
-    return acquired
-
-
-@pytest.fixture
-def on_cluster(settings, redis_cluster):
-    factories.cluster_url[:] = [redis_cluster.startup_url]
-    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.factories.cluster_client"
-    return redis_cluster.client()
 
 
 def test_async_locks_on_a_cluster(on_cluster, settings):
@@ -51,7 +36,6 @@ def test_async_locks_on_a_cluster(on_cluster, settings):
         await aclose_async_redis_clients()
 
     asyncio.run(main())
-    on_cluster.close()
 
 
 def test_async_replica_confirmation_on_a_cluster_is_refused_clearly(on_cluster, settings):
@@ -65,7 +49,6 @@ def test_async_replica_confirmation_on_a_cluster_is_refused_clearly(on_cluster, 
             await aclose_async_redis_clients()
 
     asyncio.run(main())
-    on_cluster.close()
 
 
 def wait_until(predicate, timeout=30):

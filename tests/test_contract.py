@@ -4,14 +4,10 @@ quorum). What only one topology promises, or how it fails, is in its own file
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
-import pytest
-
-from django_redis_lock import Lock, LockLost, registry, signals
-from tests.helpers import wait_until
-from tests.test_async_scaleout import take_and_release
+from django_redis_lock import Lock, registry
+from tests import promises
 
 
 def test_acquire_release_fencing_reentry(topology):
@@ -34,30 +30,7 @@ def test_acquire_release_fencing_reentry(topology):
 
 
 def test_a_waiter_gets_the_lock_after_the_release(topology):
-    holder = Lock("contract:wait", timeout=10)
-    holder.acquire()
-    contended, got_it = threading.Event(), threading.Event()
-
-    def on_contended(sender, **kwargs):
-        contended.set()
-
-    def wait_for_it():
-        waiting = Lock("contract:wait", wait=10)
-        if waiting.acquire():
-            got_it.set()
-            waiting.release()
-
-    signals.lock_contended.connect(on_contended)
-    try:
-        waiter = threading.Thread(target=wait_for_it)
-        waiter.start()
-        assert contended.wait(5)
-        assert not got_it.is_set()
-        holder.release()
-        assert got_it.wait(5)
-        waiter.join()
-    finally:
-        signals.lock_contended.disconnect(on_contended)
+    promises.a_waiter_gets_the_lock_after_the_release("contract:wait")
 
 
 def test_threads_never_overlap_and_lose_no_update(topology):
@@ -87,30 +60,14 @@ def test_threads_never_overlap_and_lose_no_update(topology):
 
 
 def test_renewed_while_held_and_a_loss_is_told(topology, settings):
-    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
-    with pytest.raises(LockLost), Lock("contract:renew") as held:
-        first = topology.leases("contract:renew")
-        renewal = held._book.hold().renewal
-        first_end = renewal.expires_at
-        # Renewed past two more leases' worth: still ours, the same lease lengthened.
-        wait_until(lambda: renewal.expires_at > first_end + 0.6, 10, "three renewals")
-        assert held.owned()
-        assert topology.leases("contract:renew") == first
-        topology.delete_lease("contract:renew")
-        wait_until(lambda: held.lost, 5, "the renewal to find the lease gone")
+    promises.renewed_while_held_and_a_loss_is_told(
+        "contract:renew", settings, lambda: topology.leases("contract:renew"),
+        lambda: topology.delete_lease("contract:renew"),
+    )  # fmt: skip
 
 
 def test_the_async_api_waits_without_blocking_the_loop(topology):
-    async def main():
-        lock = Lock("contract:async", wait=10)
-        async with lock:
-            assert lock.owned()
-            waiter = asyncio.create_task(take_and_release(Lock("contract:async", wait=10)))
-            await asyncio.sleep(0.05)  # the waiter waits; the loop is not blocked
-            assert not waiter.done()
-        assert await waiter
-
-    asyncio.run(main())
+    promises.the_async_api_waits_without_blocking_the_loop("contract:async")
 
 
 def test_the_registry_lists_and_force_releases_every_lock(topology):

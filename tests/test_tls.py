@@ -4,9 +4,7 @@ async: taking, waiting (the handoff's blocking read on a TLS socket), renewal, a
 
 from __future__ import annotations
 
-import asyncio
 import ssl
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,11 +14,11 @@ import pytest
 import redis
 import trustme
 
-from django_redis_lock import Lock, LockBackendError, LockLost, get_redis_client, signals
+from django_redis_lock import Lock, LockBackendError, get_redis_client
 from django_redis_lock.primitives.keys import lock_keys
 from embedded_redis import EmbeddedRedis, TlsFiles
-from tests.helpers import lease_token, wait_until
-from tests.test_async_scaleout import take_and_release
+from tests import promises
+from tests.helpers import lease_token
 
 CACHE_BACKENDS = {
     "django-redis": "django_redis.cache.RedisCache",
@@ -93,55 +91,23 @@ def test_locks_take_over_tls(over_tls):
 
 
 def test_a_waiter_is_handed_the_lock_over_tls(over_tls):
-    holder = Lock("tls:wait", timeout=10)
-    holder.acquire()
-    contended, got_it = threading.Event(), threading.Event()
-
-    def on_contended(sender, **kwargs):
-        contended.set()
-
-    def wait_for_it():
-        waiting = Lock("tls:wait", wait=10)
-        if waiting.acquire():
-            got_it.set()
-            waiting.release()
-
-    signals.lock_contended.connect(on_contended)
-    try:
-        waiter = threading.Thread(target=wait_for_it)
-        waiter.start()
-        assert contended.wait(5)
-        queue = lock_keys("tls:wait", "default").queue
-        wait_until(lambda: over_tls.client.llen(queue) == 1, 5, "the waiter blocked in line")
-        holder.release()
-        assert got_it.wait(5)  # woken by the release's push, read off a TLS socket
-        waiter.join()
-    finally:
-        signals.lock_contended.disconnect(on_contended)
+    # Woken by the release's push, read off a TLS socket.
+    queue = lock_keys("tls:wait", "default").queue
+    promises.a_waiter_gets_the_lock_after_the_release(
+        "tls:wait", in_line=lambda: over_tls.client.llen(queue) == 1
+    )
 
 
 def test_renewed_over_tls_and_a_loss_is_told(over_tls, settings):
-    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
-    with pytest.raises(LockLost), Lock("tls:renew") as held:
-        renewal = held._book.hold().renewal
-        first_end = renewal.expires_at
-        wait_until(lambda: renewal.expires_at > first_end + 0.6, 10, "three renewals")
-        assert held.owned()
-        over_tls.client.delete(lock_keys("tls:renew", "default").lease)
-        wait_until(lambda: held.lost, 5, "the renewal to find the lease gone")
+    key = lock_keys("tls:renew", "default").lease
+    promises.renewed_while_held_and_a_loss_is_told(
+        "tls:renew", settings, lambda: over_tls.client.get(key),
+        lambda: over_tls.client.delete(key),
+    )  # fmt: skip
 
 
 def test_the_async_api_over_tls(over_tls):
-    async def main():
-        lock = Lock("tls:async", wait=10)
-        async with lock:
-            assert lock.owned()
-            waiter = asyncio.create_task(take_and_release(Lock("tls:async", wait=10)))
-            await asyncio.sleep(0.05)
-            assert not waiter.done()
-        assert await waiter
-
-    asyncio.run(main())
+    promises.the_async_api_waits_without_blocking_the_loop("tls:async")
 
 
 def test_the_admin_lists_and_releases_over_tls(over_tls, admin_client):
