@@ -27,22 +27,11 @@ import redis
 from django.test import override_settings
 
 from embedded_redis import EmbeddedRedis, start_cluster
-from tests.helpers import keys_without_ttl
+from tests.helpers import django_redis_caches, keys_without_ttl  # (tests import it from here)
 from tests.proxy import TcpProxy
 from tests.topologies import on_cluster, quorum, topology  # noqa: F401 (fixtures)
 
 ServerFactory = Callable[..., EmbeddedRedis]
-
-
-def django_redis_caches(url: str, **options: Any) -> dict[str, Any]:
-    """A CACHES setting with one django-redis cache at ``url``."""
-    return {
-        "default": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": url,
-            "OPTIONS": options,
-        }
-    }
 
 
 class _Servers:

@@ -3,6 +3,7 @@
 import os
 import select
 import socket
+from typing import Any
 
 
 def free_port() -> int:
@@ -126,3 +127,14 @@ def staff(*permissions: str):
     client = Client()
     client.force_login(user)
     return client
+
+
+def django_redis_caches(url: str, **options: Any) -> dict[str, Any]:
+    """A CACHES setting with one django-redis cache at ``url``."""
+    return {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": url,
+            "OPTIONS": options,
+        }
+    }

@@ -20,7 +20,7 @@ from redis.cluster import RedisCluster
 from django_redis_lock import get_redis_client
 from django_redis_lock.primitives.keys import lock_keys
 from tests import factories
-from tests.helpers import lease_token
+from tests.helpers import django_redis_caches, lease_token
 
 QUORUM_MEMBERS = ["q0", "q1", "q2"]
 
@@ -41,8 +41,6 @@ def on_cluster(settings: Any, redis_cluster: Any) -> Iterator[Any]:
 def quorum(settings: Any, redis_server_factory: Any, redis_url: str) -> Iterator[SimpleNamespace]:
     """Three private servers, each a cache alias (``q0``..``q2``), held as the quorum
     ``redlock``."""
-    from tests.conftest import django_redis_caches
-
     servers = [redis_server_factory() for _ in QUORUM_MEMBERS]
     caches = django_redis_caches(redis_url)
     for alias, server in zip(QUORUM_MEMBERS, servers, strict=True):
