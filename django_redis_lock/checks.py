@@ -193,7 +193,7 @@ def check_socket_timeout(
             backend = cache_backend(member)
         except UnsupportedCache:
             continue  # check_cache reports it
-        option = "SOCKET_TIMEOUT" if backend is CacheBackend.DJANGO_REDIS else "socket_timeout"
+        option = "socket_timeout" if backend is CacheBackend.DJANGO else "SOCKET_TIMEOUT"
         if caches_setting[member].get("OPTIONS", {}).get(option) is None:
             messages.append(
                 CheckWarning(

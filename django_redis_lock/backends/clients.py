@@ -8,6 +8,8 @@ Three sources, in this order:
 2. A django-redis cache: ``get_redis_connection(alias, write=True)``, which is the primary for
    replicated and Sentinel set-ups; locks must never be taken on a replica.
 3. Django's own ``django.core.cache.backends.redis.RedisCache``: its write (first) server.
+4. A django-valkey cache (``ValkeyCache``, ``ClusterValkeyCache``): the redis-py twin of its
+   valkey-py client (``backends/valkey_caches.py``), the same server(s) and settings.
 
 Anything else raises :class:`UnsupportedCache`, an ``ImproperlyConfigured`` that says what to
 change; ``checks.py`` reports the same problems at start-up.
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import inspect
 import threading
 import weakref
 from typing import Any, cast
@@ -34,15 +35,18 @@ from django_redis import get_redis_connection
 from django_redis.cache import RedisCache as DjangoRedisRedisCache
 from django_redis.client import ShardClient
 from redis import Redis
-from redis import connection as sync_connection
-from redis.asyncio.cluster import ClusterNode
-from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.cluster import RedisCluster
-from redis.sentinel import SentinelConnectionPool
 
 from ..conf import PREFIX, SETTINGS, lock_settings
 from .quorum import AsyncQuorumClient, QuorumClient
+from .twins import REDIS, REDIS_ASYNCIO, twin
+from .valkey_caches import (
+    ValkeyCacheKind,
+    is_valkey_client,
+    redis_twin_of_cache,
+    redis_twin_of_valkey,
+    valkey_cache_kind,
+)
 
 RedisClient = Redis | RedisCluster
 AsyncClient = redis.asyncio.Redis | redis.asyncio.RedisCluster
@@ -65,7 +69,11 @@ __all__ = [
 _DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 _DJANGO_BACKEND = "django.core.cache.backends.redis.RedisCache"
 _DEFAULT_CLIENT_CLASS = "django_redis.client.DefaultClient"
-_SUPPORTED = f"{_DJANGO_REDIS_BACKEND!r} (django-redis) or {_DJANGO_BACKEND!r} (Django's own)"
+_DJANGO_VALKEY_BACKEND = "django_valkey.cache.ValkeyCache"
+_SUPPORTED = (
+    f"{_DJANGO_REDIS_BACKEND!r} (django-redis), {_DJANGO_BACKEND!r} (Django's own) or "
+    f"{_DJANGO_VALKEY_BACKEND!r} (django-valkey)"
+)
 
 
 class CacheBackend(enum.Enum):
@@ -73,6 +81,7 @@ class CacheBackend(enum.Enum):
 
     DJANGO_REDIS = "django-redis"
     DJANGO = "django"
+    DJANGO_VALKEY = "django-valkey"
 
 
 class UnsupportedCache(ImproperlyConfigured):
@@ -140,6 +149,9 @@ def cache_backend(alias: str) -> CacheBackend:
         return CacheBackend.DJANGO_REDIS
     if issubclass(backend, DjangoRedisCache):
         return CacheBackend.DJANGO
+    valkey_kind = _valkey_kind(alias, backend, config)
+    if valkey_kind is not None:
+        return valkey_kind
     raise UnsupportedCache(
         f"The cache {alias!r} uses {backend_path!r}, which is not a Redis cache.",
         check_id="django_redis_lock.E002",
@@ -150,20 +162,58 @@ def cache_backend(alias: str) -> CacheBackend:
     )
 
 
+def _valkey_kind(alias: str, backend: type, config: dict[str, Any]) -> CacheBackend | None:
+    client_path = config.get("OPTIONS", {}).get("CLIENT_CLASS")
+    client_class = (
+        _import_class(client_path, "OPTIONS['CLIENT_CLASS']", alias) if client_path else None
+    )
+    kind = valkey_cache_kind(backend, client_class)
+    if kind is ValkeyCacheKind.SHARDED:
+        raise UnsupportedCache(
+            f"The cache {alias!r} uses django-valkey's ShardClient ({client_path!r}), which "
+            "spreads keys over several servers by their own hash and cannot give one "
+            "connection for a lock.",
+            check_id="django_redis_lock.E003",
+            hint=(
+                f"Point {PREFIX}CACHE_ALIAS at a cache with the default client, or for several "
+                "servers use django_valkey.cluster_cache.cache.ClusterValkeyCache."
+            ),
+        )
+    if kind is ValkeyCacheKind.ASYNC:
+        raise UnsupportedCache(
+            f"The cache {alias!r} uses django-valkey's AsyncValkeyCache, whose client can only "
+            "be reached from a coroutine; the locks need one they can reach from sync code "
+            "too (the async lock API makes its asyncio client from it).",
+            check_id="django_redis_lock.E002",
+            hint=(
+                f"Add an alias with {_DJANGO_VALKEY_BACKEND!r} and the same LOCATION and "
+                f"OPTIONS, and set {PREFIX}CACHE_ALIAS to it."
+            ),
+        )
+    return CacheBackend.DJANGO_VALKEY if kind is ValkeyCacheKind.USABLE else None
+
+
 def _connect(alias: str) -> RedisClient:
     factory = lock_settings.CONNECTION_FACTORY
     if factory is not None:
         client = factory(alias)
+        if is_valkey_client(client):
+            where = f"{PREFIX}CONNECTION_FACTORY({alias!r})"
+            return cast(RedisClient, redis_twin_of_valkey(client, where))
         if not isinstance(client, RedisClient):
             raise ImproperlyConfigured(
                 f"{PREFIX}CONNECTION_FACTORY returned {type(client).__name__!r} for cache "
                 f"alias {alias!r}; it must return a redis-py client (redis.Redis or "
-                "redis.cluster.RedisCluster)."
+                "redis.cluster.RedisCluster) or a valkey-py one (valkey.Valkey or "
+                "valkey.cluster.ValkeyCluster)."
             )
         return client
-    if cache_backend(alias) is CacheBackend.DJANGO_REDIS:
+    backend = cache_backend(alias)
+    if backend is CacheBackend.DJANGO_REDIS:
         # write=True: the primary, never a replica (also for SentinelClient).
         return cast(RedisClient, get_redis_connection(alias, write=True))
+    if backend is CacheBackend.DJANGO_VALKEY:
+        return cast(RedisClient, redis_twin_of_cache(alias))
     # Django's backend has no public accessor for its client; its first server takes writes.
     django_cache: Any = caches[alias]
     return cast(RedisClient, django_cache._cache.get_client(write=True))
@@ -232,97 +282,18 @@ _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, A
     weakref.WeakKeyDictionary()
 )
 
-_ASYNC_CONNECTION_CLASSES: list[tuple[type, type]] = [
-    # Most specific first: SSLConnection is a Connection.
-    (sync_connection.SSLConnection, redis.asyncio.SSLConnection),
-    (sync_connection.UnixDomainSocketConnection, redis.asyncio.UnixDomainSocketConnection),
-    (sync_connection.Connection, redis.asyncio.Connection),
-]
-
-
-def _accepted_parameters(cls: type) -> set[str]:
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is not None:
-            names.update(
-                name
-                for name, parameter in inspect.signature(init).parameters.items()
-                if parameter.kind is not inspect.Parameter.VAR_KEYWORD
-            )
-    return names - {"self"}
-
-
-# Parts of a sync connection's configuration that are sync objects and have async defaults.
-_NOT_COPIED = {"retry", "parser_class", "redis_connect_func", "event_dispatcher"}
-
-
-def _copyable(kwargs: dict[str, Any], target: Any) -> dict[str, Any]:
-    """The parts of a sync client's configuration that ``target`` (an asyncio class) takes."""
-    accepted = _accepted_parameters(target)
-    return {
-        name: value
-        for name, value in kwargs.items()
-        if name in accepted and name not in _NOT_COPIED
-    }
-
-
-def _async_cluster_twin(client: RedisCluster) -> AsyncClient:
-    manager = client.nodes_manager
-    nodes = [ClusterNode(node.host, node.port) for node in manager.startup_nodes.values()]
-    return AsyncRedisCluster(
-        startup_nodes=nodes, **_copyable(manager.connection_kwargs, AsyncRedisCluster)
-    )
-
-
-def _async_sentinel_twin(pool: Any) -> redis.asyncio.Redis:
-    manager = pool.sentinel_manager
-    sentinels = [
-        (sentinel.connection_pool.connection_kwargs["host"],
-         sentinel.connection_pool.connection_kwargs["port"])
-        for sentinel in manager.sentinels
-    ]  # fmt: skip
-    async_manager = AsyncSentinel(  # type: ignore[no-untyped-call]
-        sentinels,
-        min_other_sentinels=manager.min_other_sentinels,
-        sentinel_kwargs=_copyable(manager.sentinel_kwargs, redis.asyncio.Connection),
-        **_copyable(pool.connection_kwargs, redis.asyncio.Connection),
-    )
-    return cast(redis.asyncio.Redis, async_manager.master_for(pool.service_name))
-
 
 def _async_twin(client: RedisClient, alias: str) -> AsyncClient:
     """An asyncio client for the same server(s), with the same credentials and timeouts."""
-    if isinstance(client, RedisCluster):
-        return _async_cluster_twin(client)
-    pool = getattr(client, "connection_pool", None)
-    if isinstance(pool, SentinelConnectionPool):
-        return _async_sentinel_twin(pool)
-    connection_class = getattr(pool, "connection_class", None)
-    async_class = next(
-        (
-            async_cls
-            for sync_cls, async_cls in _ASYNC_CONNECTION_CLASSES
-            if connection_class is not None
-            and issubclass(connection_class, sync_cls)
-            and connection_class.__module__.startswith("redis.")
-        ),
-        None,
-    )
-    if pool is None or async_class is None or type(pool) is not sync_connection.ConnectionPool:
-        raise ImproperlyConfigured(
-            f"The async lock API cannot derive an asyncio client from the client of cache alias "
-            f"{alias!r} ({type(client).__name__} with "
-            f"{getattr(connection_class, '__name__', 'no')} connections); it supports plain "
-            "TCP, TLS and unix-socket connection pools, Sentinel and Redis Cluster. Use the "
-            "sync API, or async_to_sync."
+
+    def refuse(what: str) -> ImproperlyConfigured:
+        return ImproperlyConfigured(
+            f"The async lock API cannot derive an asyncio client from the client of cache "
+            f"alias {alias!r} ({what}); it supports plain TCP, TLS and unix-socket connection "
+            "pools, Sentinel and Redis Cluster. Use the sync API, or async_to_sync."
         )
-    async_pool = redis.asyncio.ConnectionPool(
-        connection_class=async_class,
-        max_connections=pool.max_connections,
-        **_copyable(pool.connection_kwargs, async_class),
-    )
-    return redis.asyncio.Redis(connection_pool=async_pool)
+
+    return cast(AsyncClient, twin(client, REDIS, REDIS_ASYNCIO, refuse))
 
 
 def get_async_redis_client(alias: str | None = None) -> AsyncClient:
