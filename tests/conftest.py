@@ -13,11 +13,16 @@
   result backend (never emptied between tests, so a worker started once serves many).
 - ``topology`` (``tests/topologies.py``): each test that takes it runs on one server, a Redis
   Cluster and a quorum; ``on_cluster`` and ``quorum`` set up one of them.
+
+``TEST_SERVER=valkey`` (``make test SERVER=valkey``) runs every server the suite starts (the
+session's, Cluster nodes, Sentinels, quorum members) on ``valkey-server`` instead of
+``redis-server``; the TLS tests take the first binary built with TLS, whichever it is.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,12 +31,30 @@ import pytest
 import redis
 from django.test import override_settings
 
-from embedded_redis import EmbeddedRedis, start_cluster
+from embedded_redis import EmbeddedRedis, find_redis_server, find_valkey_server, start_cluster
 from tests.helpers import django_redis_caches, keys_without_ttl  # (tests import it from here)
 from tests.proxy import TcpProxy
 from tests.topologies import on_cluster, quorum, topology  # noqa: F401 (fixtures)
 
 ServerFactory = Callable[..., EmbeddedRedis]
+SERVERS = {"redis": find_redis_server, "valkey": find_valkey_server}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    chosen = os.environ.get("TEST_SERVER", "redis")
+    if chosen not in SERVERS:
+        raise pytest.UsageError(f"TEST_SERVER={chosen!r}: it is one of {', '.join(SERVERS)}.")
+    if chosen != "redis":
+        # Every EmbeddedRedis the suite (and each process it starts) runs reads $REDIS_SERVER.
+        os.environ["REDIS_SERVER"] = SERVERS[chosen]()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if os.environ.get("REDIS_URL"):
+        return f"server: REDIS_URL={os.environ['REDIS_URL']}"
+    binary = find_redis_server()
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    return f"server: {version.strip()} ({binary})"
 
 
 class _Servers:

@@ -26,3 +26,13 @@ def cluster_client(alias: str):
     from redis.cluster import RedisCluster
 
     return RedisCluster.from_url(cluster_url[0])
+
+
+valkey_location: list[str] = []
+
+
+def valkey_client(alias: str):
+    """A valkey-py client (tests set ``valkey_location``): the locks talk through its twin."""
+    import valkey
+
+    return valkey.Valkey.from_url(valkey_location[0])

@@ -120,6 +120,8 @@ def _cluster_twin(client: Any, target: ClientFamily, dropped: frozenset[str]) ->
     manager = client.nodes_manager
     nodes = [target.cluster_node(node.host, node.port) for node in manager.startup_nodes.values()]
     accepts = [target.cluster] + ([target.cluster_connection] if target.cluster_connection else [])
+    # A cluster has database 0 only; valkey-py keeps db=0 in the options, redis-py refuses it.
+    dropped |= {"db"}
     return target.cluster(
         startup_nodes=nodes, **copyable(manager.connection_kwargs, *accepts, dropped=dropped)
     )
