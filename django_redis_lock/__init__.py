@@ -11,6 +11,7 @@ from .backends.clients import (
 )
 from .backends.quorum import QuorumUnavailable
 from .exceptions import (
+    CommandRefused,
     DuplicateTask,
     LockBackendError,
     LockError,
@@ -27,6 +28,7 @@ from .guards.single import single_instance
 from .guards.submissions import ALL, UNSAFE, DuplicateSubmission
 from .management.base import AlreadyRunning, SingleInstanceCommand, SingleInstanceMixin
 from .mixins import LockableModelMixin
+from .primitives.access import acl_rule
 from .primitives.group import LockGroup, lock_many
 from .primitives.lock import Claim, Lock
 from .primitives.semaphore import Semaphore
@@ -48,6 +50,7 @@ __all__ = [
     "UNSAFE",
     "AlreadyRunning",
     "Claim",
+    "CommandRefused",
     "DuplicateSubmission",
     "DuplicateTask",
     "Lock",
@@ -64,6 +67,7 @@ __all__ = [
     "SingleInstanceMixin",
     "UnsupportedCache",
     "__version__",
+    "acl_rule",
     "aclose_async_redis_clients",
     "fenced_update",
     "get_async_redis_client",

@@ -14,6 +14,7 @@ from typing import Any
 from .core.durations import readable
 
 __all__ = [
+    "CommandRefused",
     "DuplicateTask",
     "LockBackendError",
     "LockError",
@@ -104,6 +105,23 @@ class LockBackendError(LockError):
 
     The original redis-py exception is chained as ``__cause__``.
     """
+
+
+class CommandRefused(LockBackendError):
+    """The server refused a command the locks need: a Redis ACL without it, a managed service
+    that renamed or disabled it, a server without Lua scripting.
+
+    ``command`` is the refused command (``"WAIT"``, ``"EVALSHA"``; None when the ACL refused a
+    key, not a command), ``needed_for`` what needs it. ``manage.py redis_locks acl`` prints the
+    ACL rule the locks need (docs/servers.md).
+    """
+
+    def __init__(
+        self, message: str, *, name: str | None = None, command: str | None, needed_for: str
+    ) -> None:
+        super().__init__(message, name=name)
+        self.command = command
+        self.needed_for = needed_for
 
 
 class DuplicateTask(LockNotAcquired):

@@ -14,6 +14,9 @@
 - ``topology`` (``tests/topologies.py``): each test that takes it runs on one server, a Redis
   Cluster and a quorum; ``on_cluster`` and ``quorum`` set up one of them.
 
+``TEST_REDIS_USER=locks`` runs the locks as a Redis user with exactly the ACL rule they
+document (``locks_url``).
+
 ``TEST_SERVER=valkey`` (``make test SERVER=valkey``) runs every server the suite starts (the
 session's, Cluster nodes, Sentinels, quorum members) on ``valkey-server`` instead of
 ``redis-server``; the TLS tests take the first binary built with TLS, whichever it is.
@@ -31,6 +34,8 @@ import pytest
 import redis
 from django.test import override_settings
 
+from django_redis_lock import acl_rule
+from django_redis_lock.backends.acl import OPTIONAL_COMMANDS
 from embedded_redis import EmbeddedRedis, find_redis_server, find_valkey_server, start_cluster
 from tests.helpers import django_redis_caches, keys_without_ttl  # (tests import it from here)
 from tests.proxy import TcpProxy
@@ -95,9 +100,35 @@ def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         servers.stop_all()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _caches_on_test_redis(redis_url: str) -> Iterator[None]:
+@pytest.fixture(scope="session")
+def locks_url(redis_url: str) -> Iterator[str]:
+    """What the default cache, and so the locks, connect with: the session's URL, or with
+    ``TEST_REDIS_USER=<name>``, that Redis user's, made with exactly :func:`acl_rule` (the rule
+    docs/servers.md gives). Then every command or key the rule does not allow is refused, and
+    the session fails if the server's ACL log shows any. The tests' own ``redis_client`` stays
+    the default user."""
+    user = os.environ.get("TEST_REDIS_USER")
+    if not user:
+        yield redis_url
+        return
+    admin = redis.Redis.from_url(redis_url)
     with override_settings(CACHES=django_redis_caches(redis_url)):
+        rule = acl_rule()
+    admin.execute_command("ACL", "SETUSER", user, "reset", "on", ">locks-password", *rule.split())
+    admin.execute_command("ACL", "LOG", "RESET")
+    parts = urllib.parse.urlsplit(redis_url)
+    yield parts._replace(netloc=f"{user}:locks-password@{parts.hostname}:{parts.port}").geturl()
+    # What the rule leaves out on purpose, whose refusal is handled (backends/acl.py): the
+    # eviction advice's CONFIG GET, redis-py's CLIENT SETINFO.
+    optional = {command.lower() for command in OPTIONAL_COMMANDS}
+    refused = [entry for entry in admin.acl_log() if entry.get("object") not in optional]
+    admin.close()
+    assert refused == [], f"the ACL refused what the locks sent: {refused}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _caches_on_test_redis(locks_url: str) -> Iterator[None]:
+    with override_settings(CACHES=django_redis_caches(locks_url)):
         yield
 
 

@@ -20,7 +20,7 @@ from django_redis_lock.backends.wire import no_reply
 from django_redis_lock.core.durations import MAX_SECONDS, readable
 from django_redis_lock.core.release import Unconfirmed
 from django_redis_lock.management import lines
-from django_redis_lock.primitives.reports import backend_error
+from django_redis_lock.primitives.errors import backend_error
 from django_redis_lock.registry.census import Census, Entry
 
 DAY = 24 * 3600

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 import valkey
+from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from redis.cluster import RedisCluster
 
@@ -26,6 +27,7 @@ from django_redis_lock.primitives.keys import lock_keys
 from embedded_redis import EmbeddedRedis, find_valkey_server
 from tests import factories, promises
 from tests.helpers import lease_token, wait_until
+from tests.test_without_tasks_extra import output_of
 
 VALKEY_CACHE = "django_valkey.cache.ValkeyCache"
 
@@ -76,8 +78,6 @@ def test_the_locks_talk_to_the_caches_server_as_its_user(through_django_valkey):
         assert not Lock("valkey:basic", wait=0).acquire()
     assert not through_django_valkey.exists(lock_keys("valkey:basic", "default").lease)
     # The cache itself still works beside the locks, on the same database.
-    from django.core.cache import cache
-
     cache.set("beside", 1)
     assert through_django_valkey.exists(":1:beside")
 
@@ -216,3 +216,23 @@ def test_on_a_valkey_server(settings, tmp_path):
             assert not Lock("valkey:itself", wait=0).acquire()
         promises.a_waiter_gets_the_lock_after_the_release("valkey:itself")
         plain.close()
+
+
+def test_without_valkey_installed_everything_imports():
+    """valkey-py and django-valkey are optional: without them our modules import, and a
+    valkey-py client is just not one."""
+    printed = output_of(
+        "valkey,django_valkey",
+        """if True:
+        import json
+        import django
+        django.setup()
+        from django_redis_lock.backends import clients, valkey_caches
+        import django_redis_lock
+        print(json.dumps({
+            "family": valkey_caches.VALKEY is None,
+            "client": valkey_caches.is_valkey_client(object()),
+        }))
+        """,
+    )
+    assert printed == {"family": True, "client": False}

@@ -87,6 +87,9 @@ class Backend:
     """What every backend, sync or async, tells the flows about its topology."""
 
     queues = True  # waiters queue and are woken (quorum mode polls instead)
+    # What the client library sends on its own for this topology, beside our commands (for the
+    # ACL rule, backends/acl.py).
+    client_commands: tuple[str, ...] = ()
 
     def __init__(self, client: Any) -> None:
         self.client = client

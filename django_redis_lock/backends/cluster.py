@@ -16,6 +16,7 @@ from redis.exceptions import ResponseError
 
 from ..core.requests import Block, Eval
 from ..core.schedule import RenewedLease
+from .acl import CLUSTER_CLIENT_COMMANDS
 from .base import one_by_one, shortened
 from .renewals import extend_on_nodes
 from .scripts import Script
@@ -41,6 +42,8 @@ def one_slot(keys: Sequence[str]) -> bool:
 
 class ClusterBackend(ServerBackend):
     """Redis Cluster (``redis.cluster.RedisCluster``)."""
+
+    client_commands = tuple(CLUSTER_CLIENT_COMMANDS)
 
     def one_script(self, keys: Sequence[str]) -> bool:
         return one_slot(keys)

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from redis.exceptions import NoScriptError, RedisError
 
 from ..conf import lock_settings
+from ..core.release import WaitRefused
 from ..core.schedule import RenewedLease
 from .base import SCRIPTS
 from .scripts import EXTEND, EXTEND_MANY, Script
@@ -148,6 +149,8 @@ def _extend_acknowledged(backend: Renewing, lease: RenewedLease, ms: int, replic
         )  # fmt: skip
     except RedisError as exc:
         return exc
+    if result == 1 and isinstance(acknowledged, WaitRefused):
+        return ConnectionError(f"the server refused WAIT ({acknowledged.reason})")
     if result == 1 and acknowledged < replicas:
         backend.drop_stale(lease.key)
         return ConnectionError(f"only {acknowledged} of {replicas} replicas confirmed the renewal")

@@ -15,7 +15,7 @@ from ..core.requests import Block, Eval, Request
 from ..core.schedule import RenewedLease
 from .base import SCRIPTS, Backend, silent
 from .renewals import extend_many, renew
-from .scripts import Script
+from .scripts import RELEASE, Script
 from .waits import arun_then_wait, await_wake, run_then_wait, wait_for_wake
 from .wire import (
     adrop_stale_connections,
@@ -43,8 +43,24 @@ def server_name(client: Any) -> str:
     return f"{kwargs.get('host', kwargs.get('path', '?'))}:{kwargs.get('port', '')}"
 
 
+# The first request of a backend loads this script first (one round trip, once): a server
+# without Lua, or a user whose ACL refuses scripts, then fails at first use in one clear error,
+# not after an uncontended acquisition (a plain SET NX) that no script can release or renew.
+_FIRST_LOADED = RELEASE
+
+
 class ServerBackend(Backend):
     """One Redis server, directly or through Sentinel (a ``redis.Redis`` client)."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self.perform = self._loading_first  # type: ignore[method-assign]
+
+    def _loading_first(self, request: Request) -> Any:
+        self.send("SCRIPT", "LOAD", _FIRST_LOADED.source)
+        # The class's own perform from now on (another thread may have dropped this one first).
+        self.__dict__.pop("perform", None)
+        return self.perform(request)
 
     def send(
         self,
@@ -145,6 +161,15 @@ class ServerBackend(Backend):
 
 class AsyncServerBackend(Backend):
     """:class:`ServerBackend` for a ``redis.asyncio`` client."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self.perform = self._loading_first  # type: ignore[method-assign]
+
+    async def _loading_first(self, request: Request) -> Any:
+        await self.send("SCRIPT", "LOAD", _FIRST_LOADED.source)
+        self.__dict__.pop("perform", None)
+        return await self.perform(request)
 
     async def send(
         self,

@@ -23,6 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import SentinelConnectionPool
 
 from ..core.durations import readable
+from ..core.release import WaitRefused
 
 __all__ = [
     "aborrowed",
@@ -270,14 +271,18 @@ def execute_acknowledged(
 ) -> tuple[Any, int]:
     """:func:`execute`, then, if ``wanted(reply)``, ``WAIT replicas timeout_ms`` on the same
     connection (``WAIT`` counts the replicas that have this connection's writes). Returns the
-    reply and the number of replicas that acknowledged (-1 when not asked)."""
+    reply and the number of replicas that acknowledged (-1 when not asked; a
+    :class:`~django_redis_lock.core.release.WaitRefused` when the server refused ``WAIT``)."""
     with borrowed(client) as connection:
         connection.send_packed_command([pack(command)])
         reply = connection.read_response()
         acknowledged = -1
         if wanted(reply):
             connection.send_packed_command([pack(("WAIT", replicas, timeout_ms))])
-            acknowledged = int(connection.read_response())
+            try:
+                acknowledged = int(connection.read_response())
+            except ResponseError as refused:  # a complete error reply: still in step
+                acknowledged = WaitRefused(str(refused))
         return reply, acknowledged
 
 
@@ -295,7 +300,10 @@ async def aexecute_acknowledged(
         acknowledged = -1
         if wanted(reply):
             await connection.send_packed_command([pack(("WAIT", replicas, timeout_ms))])
-            acknowledged = int(await connection.read_response())
+            try:
+                acknowledged = int(await connection.read_response())
+            except ResponseError as refused:  # a complete error reply: still in step
+                acknowledged = WaitRefused(str(refused))
         return reply, acknowledged
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from .lease import LockKeys
 from .plan import AcquirePlan
-from .release import Unconfirmed, end_reservation, extend, give_back, release
+from .release import Unconfirmed, WaitRefused, end_reservation, extend, give_back, release
 from .replicas import check_replicas, confirm_handoff, confirmed
 from .replies import (
     Acquired,
@@ -57,6 +57,7 @@ __all__ = [
     "LockKeys",
     "NotAcquired",
     "Unconfirmed",
+    "WaitRefused",
     "acquire",
     "end_reservation",
     "extend",

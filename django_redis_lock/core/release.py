@@ -10,11 +10,35 @@ from .layout import KeyLayout
 from .lease import PENDING_JOB, LockKeys, is_reservation, job_of, reservation_token
 from .requests import Command, Eval, Failover, Flow, Pipeline
 
-__all__ = ["Unconfirmed", "end_reservation", "extend", "give_back", "release", "text"]
+__all__ = [
+    "Unconfirmed",
+    "WaitRefused",
+    "end_reservation",
+    "extend",
+    "give_back",
+    "release",
+    "text",
+]
+
+
+class WaitRefused(int):
+    """No replica confirmed a write because the server refused ``WAIT`` (an ACL without it, a
+    managed service that disables it): the count of a confirmation, 0, which carries why.
+
+    An ``int``, so that every step that compares the count with ``MIN_REPLICAS`` gives the
+    write back as it would for a confirmation that did not come."""
+
+    reason: str
+
+    def __new__(cls, reason: str) -> WaitRefused:
+        refused = super().__new__(cls, 0)
+        refused.reason = reason
+        return refused
 
 
 class Unconfirmed(Exception):
-    """Too few replicas confirmed a write within the time allowed (``MIN_REPLICAS``)."""
+    """Too few replicas confirmed a write within the time allowed (``MIN_REPLICAS``).
+    ``acknowledged`` is a :class:`WaitRefused` when the server refused to count them."""
 
     def __init__(self, acknowledged: int, replicas: int) -> None:
         super().__init__(f"{acknowledged} of {replicas} replicas confirmed")

@@ -24,7 +24,7 @@ from ..core import durations, flows
 from ..core.labels import group_of
 from ..core.layout import KeyLayout
 from ..exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
-from . import holds, reports
+from . import errors, holds, reports
 from .claims import Claim, Pending, Resolved, Step, resolve
 from .holds import Hold, HoldWatch, current_owner, own_tokens, reentrant_holds
 from .renewal import RenewedLease, renewer
@@ -149,7 +149,7 @@ class Bookkeeping:
     ) -> LockBackendError:
         if started is not None:  # an acquisition's: how long it tried, for the metrics
             reports.acquire_failed(self.reported, time.monotonic() - started)
-        return reports.backend_error(self.name, action, exc, lock_settings.REPLICA_TIMEOUT)
+        return errors.backend_error(self.name, action, exc, lock_settings.REPLICA_TIMEOUT)
 
     # -- acquiring -----------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from ..core import durations
 from ..core.many import TakenInOrder
 from ..exceptions import LockBackendError, LockError, LockLost, LockNotOwned
 from ..hints import keyword_names
-from . import reports
+from . import errors
 from .claims import Claim, Pending
 from .group_steps import AsyncMembers, ClaimOne, Members, TakeFree, Undo
 from .lock import Lock
@@ -224,7 +224,7 @@ class LockGroup:
             step.taken.append(member)
 
     def backend_error(self, exc: BaseException) -> LockBackendError:
-        return reports.backend_error(
+        return errors.backend_error(
             ", ".join(self.names), "acquire", exc, lock_settings.REPLICA_TIMEOUT
         )
 

@@ -18,10 +18,8 @@ from typing import Any, Protocol
 
 from .. import signals
 from ..core.durations import readable
-from ..core.flows import Unconfirmed
 from ..core.labels import ACQUIRED, ERROR, TIMED_OUT, bounded, reason_kind
 from ..core.lease import decode_lease
-from ..exceptions import LockBackendError
 
 __all__ = [
     "Reported",
@@ -29,7 +27,6 @@ __all__ = [
     "acquire_failed",
     "acquired",
     "add_sink",
-    "backend_error",
     "contended",
     "contention_observed",
     "gave_up",
@@ -203,20 +200,3 @@ def limits_differ(lock: Reported, ours: int, theirs: int) -> None:
         "limit, so up to %d may hold it until every process uses the same one.",
         lock.name, ours, theirs, max(ours, theirs),
     )  # fmt: skip
-
-
-def backend_error(
-    name: str, action: str, exc: BaseException, replica_timeout: float
-) -> LockBackendError:
-    """The error a caller gets when Redis failed ``action`` on lock ``name``."""
-    if isinstance(exc, Unconfirmed):
-        return LockBackendError(
-            f"Lock {name!r} was taken on the primary but only {exc.acknowledged} of "
-            f"the {exc.replicas} replicas required (DJANGO_REDIS_LOCK_MIN_REPLICAS) "
-            f"confirmed it within {readable(replica_timeout)}, so it was released "
-            "again: a failover now could have handed it to a second holder.",
-            name=name,
-        )
-    return LockBackendError(
-        f"Could not {action} lock {name!r}: {type(exc).__name__}: {exc}", name=name
-    )

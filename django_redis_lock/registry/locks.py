@@ -306,8 +306,9 @@ def eviction_warnings(*, using: str | None = None) -> list[str]:
     """What could evict lock keys early: one line per server that has a ``maxmemory`` and a
     ``maxmemory-policy`` other than ``noeviction`` (an evicted lease lets a second holder in).
 
-    Servers that do not let us read their configuration (``CONFIG`` renamed or denied, as on
-    some managed services), or cannot be reached, are passed over: this is advice, not a check.
+    A server that does not let us read its configuration (``CONFIG`` renamed or refused, as on
+    managed services and for a least-privilege ACL user) gets a line that says so, and what to
+    make sure of; one that cannot be reached is passed over: this is advice, not a check.
     """
     alias = using or lock_settings.CACHE_ALIAS
     warnings = []
@@ -318,7 +319,13 @@ def eviction_warnings(*, using: str | None = None) -> list[str]:
             )
         except RedisError:
             continue
-        if any(isinstance(reply, Exception) for reply in replies):
+        refused = next((reply for reply in replies if isinstance(reply, Exception)), None)
+        if refused is not None:
+            warnings.append(
+                f"Could not read the eviction policy of Redis at {where} (CONFIG GET: "
+                f"{refused}). Make sure its maxmemory-policy is noeviction (a managed "
+                "service's console shows it): an evicted lease lets a second holder in."
+            )
             continue
         maxmemory, policy = (text(_config_value(reply)) for reply in replies)
         if maxmemory not in ("", "0") and policy not in ("", "noeviction"):

@@ -35,7 +35,7 @@ from ..conf import lock_settings
 from ..core import durations, flows
 from ..core.lease import JOB_SEPARATOR, PENDING_JOB, job_id_checked, reservation_token
 from ..exceptions import LockBackendError
-from ..primitives import holds, reports
+from ..primitives import errors, holds
 from ..primitives.holds import current_owner
 from ..primitives.keys import lock_keys, readable_tag
 from ..registry.records import LockInfo, lock_info
@@ -202,4 +202,4 @@ def _reservation_keys(name: str, using: str | None) -> tuple[flows.LockKeys, str
 
 
 def _backend_error(name: str, action: str, exc: BaseException) -> LockBackendError:
-    return reports.backend_error(name, action, exc, lock_settings.REPLICA_TIMEOUT)
+    return errors.backend_error(name, action, exc, lock_settings.REPLICA_TIMEOUT)

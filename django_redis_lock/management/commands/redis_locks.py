@@ -6,6 +6,7 @@
     redis_locks semaphores [NAME] [--match TEXT] [--json]
     redis_locks release-permit NAME TOKEN
     redis_locks stats [--top N] [--json] [--watch [SECONDS] [--rounds N]]
+    redis_locks acl [--user NAME]
 
 Exit status: 0 done; 1 the lock is not held, changed hands before the release (nothing was
 deleted), or the release was not confirmed; 2 bad usage; 3 Redis could not be reached (for a
@@ -27,6 +28,7 @@ from redis.exceptions import RedisError
 from django_redis_lock.core.durations import readable
 from django_redis_lock.exceptions import LockBackendError
 from django_redis_lock.management import lines
+from django_redis_lock.primitives.access import acl_rule
 from django_redis_lock.registry import census
 from django_redis_lock.registry import locks as lock_registry
 
@@ -88,6 +90,10 @@ class Command(BaseCommand):
             help="again every SECONDS (2) until interrupted",
         )  # fmt: skip
         stats.add_argument("--rounds", type=_positive, help="with --watch: stop after N")
+        acl = actions.add_parser(
+            "acl", help="the ACL SETUSER command for a Redis user of the locks alone"
+        )
+        acl.add_argument("--user", default="locks", help="the user's name (locks)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -125,6 +131,13 @@ class Command(BaseCommand):
         for warning in lock_registry.eviction_warnings():
             self.stderr.write(f"Warning: {warning}")
         self._unread(missing, unreachable)
+
+    def _acl(self, *, user: str, **options: Any) -> None:
+        self.stdout.write(f"ACL SETUSER {user} on >PASSWORD {acl_rule()}")
+        self.stderr.write(
+            "Replace PASSWORD; give the user a cache alias of its own (the cache's own keys are "
+            "not in the rule) and point DJANGO_REDIS_LOCK_CACHE_ALIAS at it. See docs/servers.md."
+        )
 
     def _unread(self, missing: str | None, unreachable: list[str]) -> None:
         """Say which servers of a quorum could not be read; fail when that may hide locks."""

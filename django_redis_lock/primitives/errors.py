@@ -1,0 +1,69 @@
+"""The error a caller gets when Redis failed an operation on a lock: the cause in its words
+(a lost connection, a write too few replicas confirmed, a command the server refused), and
+what to do about it."""
+
+from __future__ import annotations
+
+from redis.exceptions import ResponseError
+
+from ..backends.acl import KEY_REFUSED, LUA_SCRIPTING, needed_for, refused_command
+from ..core.durations import readable
+from ..core.flows import Unconfirmed, WaitRefused
+from ..exceptions import CommandRefused, LockBackendError
+
+__all__ = ["backend_error", "command_refused"]
+
+
+def backend_error(
+    name: str, action: str, exc: BaseException, replica_timeout: float
+) -> LockBackendError:
+    """The error a caller gets when Redis failed ``action`` on lock ``name``."""
+    if isinstance(exc, Unconfirmed) and isinstance(exc.acknowledged, WaitRefused):
+        return command_refused(name, action, "WAIT", exc.acknowledged.reason)
+    refused = refused_command(exc) if isinstance(exc, ResponseError) else None
+    if refused is not None:
+        return command_refused(name, action, refused, str(exc))
+    if isinstance(exc, Unconfirmed):
+        return LockBackendError(
+            f"Lock {name!r} was taken on the primary but only {exc.acknowledged} of "
+            f"the {exc.replicas} replicas required (DJANGO_REDIS_LOCK_MIN_REPLICAS) "
+            f"confirmed it within {readable(replica_timeout)}, so it was released "
+            "again: a failover now could have handed it to a second holder.",
+            name=name,
+        )
+    return LockBackendError(
+        f"Could not {action} lock {name!r}: {type(exc).__name__}: {exc}", name=name
+    )
+
+
+def command_refused(name: str, action: str, command: str, reply: str) -> CommandRefused:
+    """The error for a command the server refused (``reply``: its error reply) while it
+    ``action``-ed lock ``name``: what needs the command, and what to do."""
+    needed = needed_for(command) or "the locks"
+    if command == KEY_REFUSED:
+        what = "access to one of its keys: the user's ACL key patterns must cover the locks' keys"
+        command_name = None
+    else:
+        what = f"the command {command}, which {needed} needs"
+        command_name = command
+    if needed == LUA_SCRIPTING and "unknown command" in reply.lower():
+        advice = (
+            "This server runs no Lua (a Valkey built without its Lua module, or a service "
+            "that disables scripting): the locks cannot run on it."
+        )
+    elif command == "WAIT":
+        advice = (
+            "Allow WAIT for the locks' Redis user, or, on a service that has no WAIT, set "
+            "DJANGO_REDIS_LOCK_MIN_REPLICAS = 0. The lease was given back."
+        )
+    else:
+        advice = (
+            "Allow it for the locks' Redis user: `manage.py redis_locks acl` prints the ACL "
+            "rule the locks need (docs/servers.md)."
+        )
+    return CommandRefused(
+        f"Could not {action} lock {name!r}: the server refused {what} ({reply.strip()}). {advice}",
+        name=name,
+        command=command_name,
+        needed_for=needed,
+    )

@@ -1,0 +1,212 @@
+"""Least privilege and managed services: the ACL rule the locks document (``acl_rule()``,
+``manage.py redis_locks acl``), a Redis user with exactly that rule, and servers that refuse or
+rename commands (``rename-command``, as managed services do): what needs a refused command is
+named in a typed error, and nothing is left held.
+
+The lock, semaphore, views and admin test modules themselves also run as such a user:
+``TEST_REDIS_USER=locks`` (tests/conftest.py ``locks_url``; CI runs them so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from django.core.management import call_command
+
+from django_redis_lock import CommandRefused, Lock, Semaphore, acl_rule
+from django_redis_lock.backends.acl import OPTIONAL_COMMANDS, needed_for, refused_command
+from django_redis_lock.primitives.keys import lock_keys
+from django_redis_lock.registry import eviction_warnings
+from embedded_redis import EmbeddedRedis
+from tests import promises
+from tests.helpers import django_redis_caches, lease_token, wait_until
+
+PASSWORD = "locks-password"
+
+
+def _as_user(server: EmbeddedRedis, user: str) -> str:
+    parts = urllib.parse.urlsplit(server.url)
+    return parts._replace(netloc=f"{user}:{PASSWORD}@{parts.hostname}:{parts.port}").geturl()
+
+
+@pytest.fixture
+def admin_server(redis_server_factory: Any) -> EmbeddedRedis:
+    """A private server whose default user needs a password (the tests' admin)."""
+    return redis_server_factory(password="admin-password")
+
+
+@pytest.fixture
+def locks_user(settings: Any, admin_server: EmbeddedRedis) -> Callable[..., redis.Redis]:
+    """``make(rule=acl_rule(), user="locks")``: create that Redis user and point the default
+    cache (and so the locks) at it; returns the admin's client of the server."""
+    admin = redis.Redis.from_url(admin_server.url)
+
+    def make(rule: str | None = None, user: str = "locks") -> redis.Redis:
+        if rule is None:
+            settings.CACHES = django_redis_caches(admin_server.url, SOCKET_TIMEOUT=2)
+            rule = acl_rule()
+        admin.execute_command("ACL", "SETUSER", user, "reset", "on", f">{PASSWORD}", *rule.split())
+        admin.execute_command("ACL", "LOG", "RESET")
+        settings.CACHES = django_redis_caches(_as_user(admin_server, user), SOCKET_TIMEOUT=2)
+        return admin
+
+    yield make
+    admin.close()
+
+
+def _refusals(admin: redis.Redis) -> list[str]:
+    optional = {command.lower() for command in OPTIONAL_COMMANDS}
+    return [entry["object"] for entry in admin.acl_log() if entry["object"] not in optional]
+
+
+def test_the_rule_is_the_locks_namespace_and_their_commands(settings):
+    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
+    settings.CACHES["default"]["KEY_PREFIX"] = "shop*1"
+    out = io.StringIO()
+    call_command("redis_locks", "acl", "--user", "shop-locks", stdout=out, stderr=io.StringIO())
+    command = out.getvalue().strip()
+    assert command.startswith(
+        r"ACL SETUSER shop-locks on >PASSWORD resetkeys ~shop\*1:lock:* resetchannels -@all "
+    )  # a glob character of the prefix matches only itself
+    granted = {part[1:] for part in command.split() if part.startswith("+")}
+    assert {"evalsha", "blpop", "scan", "wait", "time"} <= granted
+    assert not granted & {"config|get", "keys", "flushdb", "flushall", "debug", "@all"}
+
+
+def test_the_rule_of_a_cluster_lets_redis_py_read_the_slot_map(on_cluster):
+    granted = set(acl_rule().split())
+    assert {"+cluster|slots", "+command"} <= granted
+
+
+def test_as_the_acl_user_nothing_outside_the_rule_is_sent(locks_user, admin_client):
+    admin = locks_user()
+    with Lock("acl:lock", timeout=10, fencing=True) as held:
+        assert lease_token(admin, lock_keys("acl:lock", "default").lease) == held.token
+        page = admin_client.get("/admin/django_redis_lock/heldlock/")
+        assert "acl:lock" in page.content.decode()
+        # The eviction advice may not read the configuration: it says so.
+        assert "Could not read the eviction policy" in page.content.decode()
+    promises.a_waiter_gets_the_lock_after_the_release("acl:wait")
+    with Semaphore("acl:semaphore", 2) as first, Semaphore("acl:semaphore", 2):
+        assert first.owned()
+        assert not Semaphore("acl:semaphore", 2, wait=0).acquire()
+    promises.the_async_api_waits_without_blocking_the_loop("acl:async")
+    assert _refusals(admin) == []
+    # The rule does refuse what is outside it: another key, another command.
+    locks_client = redis.Redis.from_url(_as_user_of(admin))
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        locks_client.set("not-a-lock", 1)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        locks_client.flushdb()
+    locks_client.close()
+
+
+def _as_user_of(admin: redis.Redis) -> str:
+    kwargs = admin.connection_pool.connection_kwargs
+    return f"redis://locks:{PASSWORD}@{kwargs['host']}:{kwargs['port']}/0"
+
+
+def test_a_refused_command_is_named_with_what_needs_it(settings, locks_user):
+    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
+    without_blpop = acl_rule().replace(" +blpop", "")
+    admin = locks_user(without_blpop)
+    holder = Lock("acl:no-blpop", timeout=10)
+    holder.acquire()
+    with pytest.raises(CommandRefused) as refused:
+        Lock("acl:no-blpop", wait=2).acquire()
+    assert refused.value.command == "BLPOP"
+    assert "waiting for a lock" in str(refused.value)
+    assert "redis_locks acl" in str(refused.value)
+    holder.release()
+    assert not admin.exists(lock_keys("acl:no-blpop", "default").lease)
+
+
+def test_a_key_outside_the_rule_is_named(settings, locks_user):
+    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
+    locks_user(acl_rule().replace("~lock:*", "~other:*"))
+    with pytest.raises(CommandRefused) as refused:
+        Lock("acl:elsewhere", timeout=10).acquire()
+    assert refused.value.command is None
+    assert "key patterns must cover the locks' keys" in str(refused.value)
+
+
+@pytest.mark.parametrize("refusal", ["acl", "renamed"])
+def test_min_replicas_without_wait_is_a_clear_error_and_nothing_stays_held(
+    settings, locks_user, redis_server_factory, refusal
+):
+    if refusal == "acl":
+        settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
+        admin = locks_user(acl_rule().replace(" +wait", ""))
+    else:
+        server = redis_server_factory(args=["--rename-command", "WAIT", ""])
+        settings.CACHES = django_redis_caches(server.url, SOCKET_TIMEOUT=2)
+        admin = redis.Redis.from_url(server.url)
+    settings.DJANGO_REDIS_LOCK_MIN_REPLICAS = 1
+    lease = lock_keys("acl:replicated", "default").lease
+    with pytest.raises(CommandRefused) as refused:
+        Lock("acl:replicated", timeout=30).acquire()
+    assert refused.value.command == "WAIT"
+    assert "DJANGO_REDIS_LOCK_MIN_REPLICAS = 0" in str(refused.value)
+    assert not admin.exists(lease)  # given back, not held for 30 s by nobody
+
+    async def main() -> None:
+        with pytest.raises(CommandRefused, match="WAIT"):
+            await Lock("acl:replicated", timeout=30).aacquire()
+
+    asyncio.run(main())
+    assert not admin.exists(lease)
+
+
+def test_a_managed_service_without_config_wait_and_debug(settings, redis_server_factory):
+    renamed = ("CONFIG", "WAIT", "DEBUG")
+    server = redis_server_factory(
+        args=[part for command in renamed for part in ("--rename-command", command, "")]
+    )
+    settings.CACHES = django_redis_caches(server.url, SOCKET_TIMEOUT=2)
+    with Lock("managed:lock", timeout=10) as held:
+        assert held.owned()
+        [warning] = eviction_warnings()
+        assert warning.startswith("Could not read the eviction policy of Redis at")
+        assert "maxmemory-policy is noeviction" in warning
+    promises.a_waiter_gets_the_lock_after_the_release("managed:wait")
+
+
+def test_a_server_without_lua_fails_at_first_use_with_one_message(settings, redis_server_factory):
+    no_lua = ("EVAL", "EVALSHA", "SCRIPT", "FCALL", "FUNCTION")
+    server = redis_server_factory(
+        args=[part for command in no_lua for part in ("--rename-command", command, "")]
+    )
+    settings.CACHES = django_redis_caches(server.url, SOCKET_TIMEOUT=2)
+    with pytest.raises(CommandRefused) as refused:
+        Lock("nolua:lock", timeout=10).acquire()
+    assert "runs no Lua" in str(refused.value)
+    assert refused.value.needed_for == "every lock operation (the locks are Lua scripts)"
+    wait_until(lambda: True, 1, "nothing")  # (no state to settle: the server ran nothing)
+    assert redis.Redis.from_url(server.url).dbsize() == 0
+
+
+@pytest.mark.parametrize(
+    ("reply", "command"),
+    [
+        ("unknown command 'WAIT', with args beginning with: '1' '500'", "WAIT"),
+        ("ERR unknown command `EVALSHA`, with args beginning with: ", "EVALSHA"),
+        ("NOPERM User locks has no permissions to run the 'blpop' command", "BLPOP"),
+        ("NOPERM this user has no permissions to run the 'script|load' command", "SCRIPT|LOAD"),
+        ("NOPERM No permissions to access a key", "a key outside the user's ACL key patterns"),
+        ("WRONGTYPE Operation against a key holding the wrong kind of value", None),
+    ],
+)
+def test_refusals_as_servers_word_them(reply, command):
+    assert refused_command(redis.ResponseError(reply)) == command
+
+
+def test_every_refusable_command_says_what_needs_it():
+    assert "MIN_REPLICAS" in needed_for("wait")
+    assert needed_for("SCRIPT") == needed_for("script load") == needed_for("EVALSHA")
+    assert needed_for("FLUSHALL") is None
