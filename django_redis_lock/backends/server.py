@@ -57,7 +57,9 @@ class ServerBackend(Backend):
         self.perform = self._loading_first  # type: ignore[method-assign]
 
     def _loading_first(self, request: Request) -> Any:
-        self.send("SCRIPT", "LOAD", _FIRST_LOADED.source)
+        # Bounded as the request itself is: an acquisition's wait holds against a silent Redis.
+        timeout = getattr(request, "reply_timeout", None)
+        self.send("SCRIPT", "LOAD", _FIRST_LOADED.source, reply_timeout=timeout)
         # The class's own perform from now on (another thread may have dropped this one first).
         self.__dict__.pop("perform", None)
         return self.perform(request)
@@ -167,7 +169,8 @@ class AsyncServerBackend(Backend):
         self.perform = self._loading_first  # type: ignore[method-assign]
 
     async def _loading_first(self, request: Request) -> Any:
-        await self.send("SCRIPT", "LOAD", _FIRST_LOADED.source)
+        timeout = getattr(request, "reply_timeout", None)
+        await self.send("SCRIPT", "LOAD", _FIRST_LOADED.source, reply_timeout=timeout)
         self.__dict__.pop("perform", None)
         return await self.perform(request)
 
