@@ -3,6 +3,7 @@
 import os
 import select
 import socket
+import urllib.parse
 from typing import Any
 
 
@@ -138,3 +139,9 @@ def django_redis_caches(url: str, **options: Any) -> dict[str, Any]:
             "OPTIONS": options,
         }
     }
+
+
+def as_user(url: str, user: str, password: str) -> str:
+    """``url`` (a server's), logging in as the Redis ACL user ``user``."""
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(netloc=f"{user}:{password}@{parts.hostname}:{parts.port}").geturl()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -24,15 +23,10 @@ from django_redis_lock.backends.acl import OPTIONAL_COMMANDS, needed_for, refuse
 from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.registry import eviction_warnings
 from embedded_redis import EmbeddedRedis
-from tests import promises
-from tests.helpers import django_redis_caches, lease_token, wait_until
+from tests import factories, promises
+from tests.helpers import as_user, django_redis_caches, lease_token
 
 PASSWORD = "locks-password"
-
-
-def _as_user(server: EmbeddedRedis, user: str) -> str:
-    parts = urllib.parse.urlsplit(server.url)
-    return parts._replace(netloc=f"{user}:{PASSWORD}@{parts.hostname}:{parts.port}").geturl()
 
 
 @pytest.fixture
@@ -53,7 +47,9 @@ def locks_user(settings: Any, admin_server: EmbeddedRedis) -> Callable[..., redi
             rule = acl_rule()
         admin.execute_command("ACL", "SETUSER", user, "reset", "on", f">{PASSWORD}", *rule.split())
         admin.execute_command("ACL", "LOG", "RESET")
-        settings.CACHES = django_redis_caches(_as_user(admin_server, user), SOCKET_TIMEOUT=2)
+        settings.CACHES = django_redis_caches(
+            as_user(admin_server.url, user, PASSWORD), SOCKET_TIMEOUT=2
+        )
         return admin
 
     yield make
@@ -84,7 +80,7 @@ def test_the_rule_of_a_cluster_lets_redis_py_read_the_slot_map(on_cluster):
     assert {"+cluster|slots", "+command"} <= granted
 
 
-def test_as_the_acl_user_nothing_outside_the_rule_is_sent(locks_user, admin_client):
+def test_as_the_acl_user_nothing_outside_the_rule_is_sent(locks_user, admin_server, admin_client):
     admin = locks_user()
     with Lock("acl:lock", timeout=10, fencing=True) as held:
         assert lease_token(admin, lock_keys("acl:lock", "default").lease) == held.token
@@ -99,17 +95,12 @@ def test_as_the_acl_user_nothing_outside_the_rule_is_sent(locks_user, admin_clie
     promises.the_async_api_waits_without_blocking_the_loop("acl:async")
     assert _refusals(admin) == []
     # The rule does refuse what is outside it: another key, another command.
-    locks_client = redis.Redis.from_url(_as_user_of(admin))
+    locks_client = redis.Redis.from_url(as_user(admin_server.url, "locks", PASSWORD))
     with pytest.raises(redis.exceptions.NoPermissionError):
         locks_client.set("not-a-lock", 1)
     with pytest.raises(redis.exceptions.NoPermissionError):
         locks_client.flushdb()
     locks_client.close()
-
-
-def _as_user_of(admin: redis.Redis) -> str:
-    kwargs = admin.connection_pool.connection_kwargs
-    return f"redis://locks:{PASSWORD}@{kwargs['host']}:{kwargs['port']}/0"
 
 
 def test_a_refused_command_is_named_with_what_needs_it(settings, locks_user):
@@ -187,7 +178,6 @@ def test_a_server_without_lua_fails_at_first_use_with_one_message(settings, redi
         Lock("nolua:lock", timeout=10).acquire()
     assert "runs no Lua" in str(refused.value)
     assert refused.value.needed_for == "every lock operation (the locks are Lua scripts)"
-    wait_until(lambda: True, 1, "nothing")  # (no state to settle: the server ran nothing)
     assert redis.Redis.from_url(server.url).dbsize() == 0
 
 
@@ -210,3 +200,28 @@ def test_every_refusable_command_says_what_needs_it():
     assert "MIN_REPLICAS" in needed_for("wait")
     assert needed_for("SCRIPT") == needed_for("script load") == needed_for("EVALSHA")
     assert needed_for("FLUSHALL") is None
+
+
+def test_on_a_cluster_as_the_acl_user(on_cluster, redis_cluster, settings):
+    """The rule of a Cluster (with what redis-py's Cluster client reads itself) on every node;
+    the locks' Cluster client logs in as that user."""
+    rule = acl_rule()
+    nodes = [redis.Redis.from_url(server.url) for server in redis_cluster.servers]
+    for node in nodes:
+        node.execute_command(
+            "ACL", "SETUSER", "locks", "reset", "on", f">{PASSWORD}", *rule.split()
+        )
+        node.execute_command("ACL", "LOG", "RESET")
+    try:
+        factories.cluster_url[:] = [as_user(redis_cluster.startup_url, "locks", PASSWORD)]
+        settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.factories.cluster_client"
+        names = [f"acl:cluster:{n}" for n in range(6)]  # over several slots, so several nodes
+        for name in names:
+            with Lock(name, timeout=10) as held:
+                assert held.owned()
+        promises.a_waiter_gets_the_lock_after_the_release("acl:cluster:wait")
+        assert [entry for node in nodes for entry in _refusals(node)] == []
+    finally:
+        for node in nodes:
+            node.execute_command("ACL", "DELUSER", "locks")
+            node.close()
