@@ -17,6 +17,7 @@ from django.contrib.auth.models import User
 
 from django_redis_lock import Lock
 from django_redis_lock.task_guards import reservations
+from tests.helpers import django_redis_caches
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -269,3 +270,20 @@ def test_operator_finds_the_hot_locks_in_the_browser(open_locks_page, tmp_path, 
         go.set()
         for waiter in waiters:
             waiter.join(60)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_a_managed_service_the_page_says_what_it_could_not_read(
+    open_locks_page, tmp_path, settings, redis_server_factory
+):
+    """CONFIG renamed away (a managed service): the locks are listed, and the page says it could
+    not read the eviction policy instead of saying nothing."""
+    server = redis_server_factory(args=["--rename-command", "CONFIG", ""])
+    settings.CACHES = django_redis_caches(server.url)
+    with Lock("reports:nightly", timeout=300, label="nightly report"):
+        page = open_locks_page()
+        assert page.is_visible("text=reports:nightly")
+        assert page.is_visible("text=Could not read the eviction policy")
+        shot = tmp_path / "admin-managed-service.png"
+        page.screenshot(path=str(shot), full_page=True)
+    keep_screenshots(shot)

@@ -22,6 +22,7 @@ __all__ = [
     "OPTIONAL_COMMANDS",
     "acl_rule",
     "needed_for",
+    "refusal_text",
     "refused_command",
 ]
 
@@ -72,6 +73,11 @@ _UNKNOWN = re.compile(r"unknown command [`'\"]?([^`'\" ,]+)", re.IGNORECASE)
 _NOT_ALLOWED = re.compile(r"no permissions to run the [`'\"]([^`'\"]+)[`'\"]", re.IGNORECASE)
 _KEY_NOT_ALLOWED = re.compile(r"no permissions to access", re.IGNORECASE)
 KEY_REFUSED = "a key outside the user's ACL key patterns"
+
+
+def refusal_text(error: BaseException | str) -> str:
+    """A server's refusal, for people: without the arguments it echoes back."""
+    return str(error).split(", with args beginning with", 1)[0].strip()
 
 
 def refused_command(error: BaseException) -> str | None:

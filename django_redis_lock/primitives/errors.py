@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from redis.exceptions import ResponseError
 
-from ..backends.acl import KEY_REFUSED, LUA_SCRIPTING, needed_for, refused_command
+from ..backends.acl import (
+    KEY_REFUSED,
+    LUA_SCRIPTING,
+    needed_for,
+    refusal_text,
+    refused_command,
+)
 from ..core.durations import readable
 from ..core.flows import Unconfirmed, WaitRefused
 from ..exceptions import CommandRefused, LockBackendError
@@ -62,7 +68,8 @@ def command_refused(name: str, action: str, command: str, reply: str) -> Command
             "rule the locks need (docs/servers.md)."
         )
     return CommandRefused(
-        f"Could not {action} lock {name!r}: the server refused {what} ({reply.strip()}). {advice}",
+        f"Could not {action} lock {name!r}: the server refused {what} "
+        f"({refusal_text(reply)}). {advice}",
         name=name,
         command=command_name,
         needed_for=needed,

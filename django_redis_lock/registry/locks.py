@@ -18,6 +18,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from ..backends import ServerBackend, backend_of
+from ..backends.acl import refusal_text
 from ..backends.drivers import run
 from ..backends.wire import execute, execute_many
 from ..conf import lock_settings
@@ -323,8 +324,8 @@ def eviction_warnings(*, using: str | None = None) -> list[str]:
         if refused is not None:
             warnings.append(
                 f"Could not read the eviction policy of Redis at {where} (CONFIG GET: "
-                f"{refused}). Make sure its maxmemory-policy is noeviction (a managed "
-                "service's console shows it): an evicted lease lets a second holder in."
+                f"{refusal_text(refused)}). Make sure its maxmemory-policy is noeviction (a "
+                "managed service's console shows it): an evicted lease lets a second holder in."
             )
             continue
         maxmemory, policy = (text(_config_value(reply)) for reply in replies)
