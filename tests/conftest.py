@@ -35,12 +35,12 @@ import redis
 from django.test import override_settings
 
 from django_redis_lock import acl_rule
-from django_redis_lock.backends.acl import OPTIONAL_COMMANDS
 from embedded_redis import EmbeddedRedis, find_redis_server, find_valkey_server, start_cluster
 from tests.helpers import (  # (tests import it from here)
     as_user,
     django_redis_caches,
     keys_without_ttl,
+    refused_by_acl,
 )
 from tests.proxy import TcpProxy
 from tests.topologies import on_cluster, quorum, topology  # noqa: F401 (fixtures)
@@ -121,10 +121,7 @@ def locks_url(redis_url: str) -> Iterator[str]:
     admin.execute_command("ACL", "SETUSER", user, "reset", "on", ">locks-password", *rule.split())
     admin.execute_command("ACL", "LOG", "RESET")
     yield as_user(redis_url, user, "locks-password")
-    # What the rule leaves out on purpose, whose refusal is handled (backends/acl.py): the
-    # eviction advice's CONFIG GET, redis-py's CLIENT SETINFO.
-    optional = {command.lower() for command in OPTIONAL_COMMANDS}
-    refused = [entry for entry in admin.acl_log() if entry.get("object") not in optional]
+    refused = refused_by_acl(admin)
     admin.close()
     assert refused == [], f"the ACL refused what the locks sent: {refused}"
 

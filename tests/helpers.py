@@ -6,6 +6,8 @@ import socket
 import urllib.parse
 from typing import Any
 
+from django_redis_lock.backends.acl import OPTIONAL_COMMANDS
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -145,3 +147,13 @@ def as_user(url: str, user: str, password: str) -> str:
     """``url`` (a server's), logging in as the Redis ACL user ``user``."""
     parts = urllib.parse.urlsplit(url)
     return parts._replace(netloc=f"{user}:{password}@{parts.hostname}:{parts.port}").geturl()
+
+
+def refused_by_acl(client: Any) -> list[str]:
+    """What the server's ACL log shows refused, but what the locks' rule leaves out on purpose
+    (``OPTIONAL_COMMANDS``: the eviction advice's CONFIG GET, redis-py's CLIENT SETINFO).
+    Redis 6.2 logs a refused subcommand as its container (``client``), later servers as
+    ``client|setinfo``."""
+    optional = {command.lower() for command in OPTIONAL_COMMANDS}
+    optional |= {command.split("|", 1)[0] for command in optional}
+    return [entry["object"] for entry in client.acl_log() if entry["object"] not in optional]
