@@ -10,7 +10,10 @@ by someone else (a worker's main process).
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
+from collections.abc import Callable
 from typing import Any
 
 import django
@@ -20,12 +23,40 @@ if not settings.configured:  # a worker process; the suite's own process is set 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     django.setup()
 
+import celery
 from celery import Celery, signals
+from celery.backends.redis import ResultConsumer
 
 from django_redis_lock import lock_force_released, lock_released, registry, single_instance
 from django_redis_lock.celery import GuardedTask
 from tests.task_evidence import evidence, run_celery_task
 from tests.task_workers import redelivering
+
+
+def _no_collection_inside(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Celery before 5.7 (celery/celery#10477): the cyclic garbage collector may run an
+    ``AsyncResult.__del__`` in the middle of the result backend's SUBSCRIBE, and its UNSUBSCRIBE
+    re-enters redis-py's ``PubSub`` lock on the same thread: ``apply_async()`` hangs for ever
+    (seen in the suite's client with celery 5.4, the oldest admitted). The collector is held
+    off for the length of those calls; celery 5.7 defers the re-entrant unsubscribe itself."""
+
+    @functools.wraps(method)
+    def without_collection(*args: Any, **kwargs: Any) -> Any:
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            if collecting:
+                gc.enable()
+
+    return without_collection
+
+
+if celery.VERSION < (5, 7):
+    for _name in ("_consume_from", "cancel_for", "_reconnect_pubsub"):
+        setattr(ResultConsumer, _name, _no_collection_inside(getattr(ResultConsumer, _name)))
+
 
 #: The lease of the guarded runs: short, so that a dead run frees its key soon.
 LEASE = 2.0
