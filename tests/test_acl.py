@@ -99,7 +99,6 @@ def test_as_the_acl_user_nothing_outside_the_rule_is_sent(locks_user, admin_serv
 
 
 def test_a_refused_command_is_named_with_what_needs_it(settings, locks_user):
-    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
     without_blpop = acl_rule().replace(" +blpop", "")
     admin = locks_user(without_blpop)
     holder = Lock("acl:no-blpop", timeout=10)
@@ -114,7 +113,6 @@ def test_a_refused_command_is_named_with_what_needs_it(settings, locks_user):
 
 
 def test_a_key_outside_the_rule_is_named(settings, locks_user):
-    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
     locks_user(acl_rule().replace("~lock:*", "~other:*"))
     with pytest.raises(CommandRefused) as refused:
         Lock("acl:elsewhere", timeout=10).acquire()
@@ -127,7 +125,6 @@ def test_min_replicas_without_wait_is_a_clear_error_and_nothing_stays_held(
     settings, locks_user, redis_server_factory, refusal
 ):
     if refusal == "acl":
-        settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
         admin = locks_user(acl_rule().replace(" +wait", ""))
     else:
         server = redis_server_factory(args=["--rename-command", "WAIT", ""])
