@@ -60,8 +60,8 @@ def command_refused(name: str, action: str, command: str, reply: str) -> Command
     elif command == "WAIT":
         advice = (
             "Allow WAIT for the locks' Redis user, or, on a service that has no WAIT, set "
-            "DJANGO_REDIS_LOCK_MIN_REPLICAS = 0. The lease was given back."
-        )
+            "DJANGO_REDIS_LOCK_MIN_REPLICAS = 0."
+        ) + (" The lease it had taken was given back." if action == "acquire" else "")
     else:
         advice = (
             "Allow it for the locks' Redis user: `manage.py redis_locks acl` prints the ACL "
