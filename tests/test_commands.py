@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_redis_lock import AlreadyRunning, Lock
+from django_redis_lock.management import lines
 from tests.conftest import django_redis_caches
 from tests.testapp.management.commands import lose_lock_job, quick_job
 
@@ -215,3 +217,33 @@ def test_cli_list_warns_of_a_redis_that_may_evict_lock_keys(settings, redis_serv
     assert "listed" in out.getvalue()
     assert "may evict lock keys" in err.getvalue()
     assert "volatile-lru" in err.getvalue()
+
+
+def test_cli_list_keeps_a_long_name_and_a_newline_on_one_short_row():
+    """A 300-character name with a newline and an escape sequence: one row, cut with an
+    ellipsis so that the other columns stay on the terminal; `show` and `--json` have it whole."""
+    name = "report:" + "x" * 280 + "\nsecond line\x1b[2J" + "y" * 10
+    with Lock(name, timeout=30, label="long one"), Lock("short", timeout=30):
+        out, err = io.StringIO(), io.StringIO()
+        call_command("redis_locks", "list", stdout=out, stderr=err)
+        printed = out.getvalue().splitlines()
+        as_json = io.StringIO()
+        call_command("redis_locks", "list", "--json", stdout=as_json)
+        shown = io.StringIO()
+        call_command("redis_locks", "show", name, "--json", stdout=shown)
+    assert len(printed) == 3  # the header and one row per lock: the newline split nothing
+    long_row = next(line for line in printed if line.startswith("report:"))
+    assert "…" in long_row
+    assert "\x1b" not in long_row
+    assert "long one" in long_row  # the next column is still there, near the start
+    assert long_row.index("long one") <= 48 + 2
+    assert max(len(line) for line in printed) < 200
+    assert "show NAME" in err.getvalue()
+    assert name in {lock["name"] for lock in json.loads(as_json.getvalue())}
+    assert json.loads(shown.getvalue())["name"] == name
+
+
+def test_a_cell_escapes_control_characters_and_cuts_at_its_width():
+    assert lines.cell("a\nb\tc\x1b") == "a\\nb\\tc\\x1b"
+    assert lines.cell("é" * 100) == "é" * 47 + "…"
+    assert lines.cell("ok") == "ok"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -26,13 +27,40 @@ def age(info: LockInfo) -> str:
     return readable(max(round(held), 0))
 
 
+#: The widest a cell is printed: a longer one (a 300-character name) is cut, ending in "…", so
+#: that the other columns stay on the terminal. ``show NAME`` and ``--json`` print it whole.
+CELL_WIDTH = 48
+CUT = "…"
+
+
+def printable(text: str) -> str:
+    """``text`` on one line: a control character (a newline in a name) is escaped, not
+    printed, so that it cannot split a row or move the cursor."""
+    return "".join(
+        char if unicodedata.category(char) != "Cc" else char.encode("unicode_escape").decode()
+        for char in text
+    )
+
+
+def cell(text: str) -> str:
+    """``text`` as a table prints it: :func:`printable`, and at most :data:`CELL_WIDTH` long."""
+    text = printable(text)
+    return text if len(text) <= CELL_WIDTH else text[: CELL_WIDTH - len(CUT)] + CUT
+
+
 def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
-    """``rows`` under ``header``, in columns as wide as their widest cell."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    """``rows`` under ``header``, in columns as wide as their widest :func:`cell`."""
+    cells = [tuple(cell(text) for text in row) for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
+        "  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
     ]
+
+
+def cut_any(rows: Sequence[tuple[str, ...]]) -> bool:
+    """Whether :func:`table` cuts a cell of ``rows``."""
+    return any(len(printable(text)) > CELL_WIDTH for row in rows for text in row)
 
 
 def semaphores(name: str | None, match: str | None, as_json: bool) -> tuple[list[str], str]:

@@ -126,6 +126,11 @@ class Command(BaseCommand):
         header = ("NAME", "LABEL", "HOLDER", "TASK", "WAITING", "AGE", "TTL", "FENCE")
         for line in lines.table(header, rows):
             self.stdout.write(line)
+        if lines.cut_any(rows):
+            self.stderr.write(
+                f"Cells longer than {lines.CELL_WIDTH} characters end in {lines.CUT}: "
+                "`redis_locks show NAME` and `--json` print them whole."
+            )
         if not rows and missing is None:
             self.stderr.write("No locks are held.")
         for warning in lock_registry.eviction_warnings():
