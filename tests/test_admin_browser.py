@@ -287,3 +287,24 @@ def test_on_a_managed_service_the_page_says_what_it_could_not_read(
         shot = tmp_path / "admin-managed-service.png"
         page.screenshot(path=str(shot), full_page=True)
     keep_screenshots(shot)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_300_character_name_keeps_the_release_button_on_the_page(open_locks_page, tmp_path):
+    """A long name without a space wraps in its column (cut past 120 characters, whole in its
+    title) instead of pushing the Release button off a 1280-pixel-wide page."""
+    name = "exports:" + "a" * 292
+    with Lock(name, timeout=300, label="a long one"), Lock("short", timeout=300):
+        page = open_locks_page()
+        row = page.locator("#result_list tr", has_text="a long one")
+        release = row.locator("a.button", has_text="Release")
+        box = release.bounding_box()
+        assert box is not None
+        assert box["x"] + box["width"] <= 1280  # on the page, without scrolling sideways
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+        link = row.locator("th a")
+        assert link.get_attribute("title") == name
+        assert link.inner_text().endswith("…")
+        shot = tmp_path / "admin-long-name.png"
+        page.screenshot(path=str(shot), full_page=True)
+    keep_screenshots(shot)
