@@ -94,6 +94,16 @@ def test_connection_factory_must_return_a_redis_client(settings):
             "not a Redis cache",
         ),
         (
+            # Another library's option: it is not ours to import, whatever it names.
+            {
+                "default": {
+                    "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                    "OPTIONS": {"CLIENT_CLASS": "not_installed.Client"},
+                }
+            },
+            "not a Redis cache",
+        ),
+        (
             {"other": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
             "'default' is not in settings.CACHES",
         ),

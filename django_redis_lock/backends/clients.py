@@ -42,6 +42,7 @@ from .quorum import AsyncQuorumClient, QuorumClient
 from .twins import REDIS, REDIS_ASYNCIO, twin
 from .valkey_caches import (
     ValkeyCacheKind,
+    is_django_valkey,
     is_valkey_client,
     redis_twin_of_cache,
     redis_twin_of_valkey,
@@ -163,6 +164,8 @@ def cache_backend(alias: str) -> CacheBackend:
 
 
 def _valkey_kind(alias: str, backend: type, config: dict[str, Any]) -> CacheBackend | None:
+    if not is_django_valkey(backend):
+        return None  # (its CLIENT_CLASS, if any, is not ours to import)
     client_path = config.get("OPTIONS", {}).get("CLIENT_CLASS")
     client_class = (
         _import_class(client_path, "OPTIONS['CLIENT_CLASS']", alias) if client_path else None

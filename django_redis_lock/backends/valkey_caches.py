@@ -48,6 +48,7 @@ VALKEY = (
 
 __all__ = [
     "ValkeyCacheKind",
+    "is_django_valkey",
     "is_valkey_client",
     "redis_twin_of_cache",
     "redis_twin_of_valkey",
@@ -66,10 +67,16 @@ class ValkeyCacheKind(enum.Enum):
     ASYNC = "async"  # AsyncValkeyCache: its client is reached only from a coroutine
 
 
+def is_django_valkey(backend: type) -> bool:
+    """Whether the cache ``backend`` class is django-valkey's (checked by its module, so that
+    django-valkey need not be importable to tell)."""
+    return backend.__module__.startswith("django_valkey.")
+
+
 def valkey_cache_kind(backend: type, client_class: type | None) -> ValkeyCacheKind | None:
     """What the cache ``backend`` class (with its ``OPTIONS['CLIENT_CLASS']``) is, or None when it
     is not one of django-valkey's. Reads classes only: nothing is connected."""
-    if not backend.__module__.startswith("django_valkey."):
+    if not is_django_valkey(backend):
         return None
     names = {klass.__name__ for klass in backend.__mro__}
     if "AsyncValkeyCache" in names:
