@@ -40,6 +40,7 @@ from tests.helpers import (  # (tests import it from here)
     as_user,
     django_redis_caches,
     keys_without_ttl,
+    make_acl_user,
     refused_by_acl,
 )
 from tests.proxy import TcpProxy
@@ -118,8 +119,7 @@ def locks_url(redis_url: str) -> Iterator[str]:
     admin = redis.Redis.from_url(redis_url)
     with override_settings(CACHES=django_redis_caches(redis_url)):
         rule = acl_rule()
-    admin.execute_command("ACL", "SETUSER", user, "reset", "on", ">locks-password", *rule.split())
-    admin.execute_command("ACL", "LOG", "RESET")
+    make_acl_user(admin, user, "locks-password", rule)
     yield as_user(redis_url, user, "locks-password")
     refused = refused_by_acl(admin)
     admin.close()

@@ -149,6 +149,13 @@ def as_user(url: str, user: str, password: str) -> str:
     return parts._replace(netloc=f"{user}:{password}@{parts.hostname}:{parts.port}").geturl()
 
 
+def make_acl_user(client: Any, user: str, password: str, rule: str) -> None:
+    """The Redis ACL user ``user`` (made anew) with ``password`` and ``rule`` (``acl_rule()``),
+    on ``client``'s server, whose ACL log is emptied for :func:`refused_by_acl`."""
+    client.execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rule.split())
+    client.execute_command("ACL", "LOG", "RESET")
+
+
 def refused_by_acl(client: Any) -> list[str]:
     """What the server's ACL log shows refused, but what the locks' rule leaves out on purpose
     (``OPTIONAL_COMMANDS``: the eviction advice's CONFIG GET, redis-py's CLIENT SETINFO).

@@ -24,7 +24,13 @@ from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.registry import eviction_warnings
 from embedded_redis import EmbeddedRedis
 from tests import factories, promises
-from tests.helpers import as_user, django_redis_caches, lease_token, refused_by_acl
+from tests.helpers import (
+    as_user,
+    django_redis_caches,
+    lease_token,
+    make_acl_user,
+    refused_by_acl,
+)
 
 PASSWORD = "locks-password"
 
@@ -45,8 +51,7 @@ def locks_user(settings: Any, admin_server: EmbeddedRedis) -> Callable[..., redi
         if rule is None:
             settings.CACHES = django_redis_caches(admin_server.url, SOCKET_TIMEOUT=2)
             rule = acl_rule()
-        admin.execute_command("ACL", "SETUSER", user, "reset", "on", f">{PASSWORD}", *rule.split())
-        admin.execute_command("ACL", "LOG", "RESET")
+        make_acl_user(admin, user, PASSWORD, rule)
         settings.CACHES = django_redis_caches(
             as_user(admin_server.url, user, PASSWORD), SOCKET_TIMEOUT=2
         )
@@ -200,10 +205,7 @@ def test_on_a_cluster_as_the_acl_user(on_cluster, redis_cluster, settings):
     rule = acl_rule()
     nodes = [redis.Redis.from_url(server.url) for server in redis_cluster.servers]
     for node in nodes:
-        node.execute_command(
-            "ACL", "SETUSER", "locks", "reset", "on", f">{PASSWORD}", *rule.split()
-        )
-        node.execute_command("ACL", "LOG", "RESET")
+        make_acl_user(node, "locks", PASSWORD, rule)
     try:
         factories.cluster_url[:] = [as_user(redis_cluster.startup_url, "locks", PASSWORD)]
         settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.factories.cluster_client"
