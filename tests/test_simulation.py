@@ -35,8 +35,8 @@ from tests.simulation import (
 from tests.simulation.mutations import MUTATIONS, patch_for
 
 # The suite's share: this many schedules per workload and topology, with faults and without;
-# fewer on a quorum, whose waiters poll (hundreds of steps to a schedule): 2,160 + 200.
-SCHEDULES = {"server": 90, "cluster": 90, "quorum": 20}
+# fewer on a quorum, whose waiters poll (hundreds of steps to a schedule): 1,920 + 200.
+SCHEDULES = {"server": 80, "cluster": 80, "quorum": 20}
 
 
 @pytest.fixture(scope="module")
