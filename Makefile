@@ -42,7 +42,8 @@ test: $(VENV)/.installed-test
 # The deterministic simulation (tests/simulation/): a campaign, or one schedule replayed.
 SIMULATE_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(WORKLOAD),--workload $(WORKLOAD)) \
 	$(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(FAULTS),--faults $(FAULTS)) \
-	$(if $(SCHEDULES),--schedules $(SCHEDULES)) $(if $(JOBS),--jobs $(JOBS))
+	$(if $(SCHEDULES),--schedules $(SCHEDULES)) $(if $(JOBS),--jobs $(JOBS)) \
+	$(if $(FIRST_SEED),--first-seed $(FIRST_SEED)) $(if $(RESULTS),--results $(RESULTS))
 simulate: $(VENV)/.installed-test
 	$(BIN)/python -m tests.simulation $(SIMULATE_ARGS)
 

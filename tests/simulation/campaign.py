@@ -47,6 +47,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--schedules", type=int, default=100_000, help="per workload and topology")
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    parser.add_argument("--results", help="append the campaign's table to this Markdown file")
     return parser.parse_args(argv)
 
 
@@ -126,12 +127,36 @@ def _campaign(args: argparse.Namespace) -> int:
                 print(text)
             _progress(done, total, failed, started)
     sys.stderr.write("\n")
+    elapsed = time.monotonic() - started
     print(f"\n{'topology':<10} {'workload':<12} {'schedules':>10} {'failed':>7} {'ms each':>8}")
     for (topology, workload), (runs, bad) in sorted(counts.items()):
         each = seconds[(topology, workload)] / runs * 1000
         print(f"{topology:<10} {workload:<12} {runs:>10,} {bad:>7} {each:>8.1f}")
-    print(f"\n{done:,} schedules, {failed} failed, in {time.monotonic() - started:,.0f} s")
+    print(f"\n{done:,} schedules, {failed} failed, in {elapsed:,.0f} s")
+    if args.results:
+        _record(args, counts, seconds, elapsed)
     return 1 if failed else 0
+
+
+def _record(
+    args: argparse.Namespace,
+    counts: dict[tuple[str, str], tuple[int, int]],
+    seconds: dict[tuple[str, str], float],
+    elapsed: float,
+) -> None:
+    """Append the campaign's table to ``args.results`` (a Markdown file kept in the repo)."""
+    first, last = args.first_seed, args.first_seed + args.schedules - 1
+    lines = [
+        f"\n## {time.strftime('%Y-%m-%d %H:%M')}: seeds {first:,} to {last:,}, faults "
+        f"{args.faults}, {args.jobs} worker(s) on {os.cpu_count()} cores, {elapsed:,.0f} s\n",
+        "| topology | workload | schedules | failed | ms each |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for (topology, workload), (runs, bad) in sorted(counts.items()):
+        each = seconds[(topology, workload)] / runs * 1000
+        lines.append(f"| {topology} | {workload} | {runs:,} | {bad} | {each:.1f} |")
+    with open(args.results, "a", encoding="utf-8") as file:
+        file.write("\n".join(lines) + "\n")
 
 
 def _replay(args: argparse.Namespace) -> int:
