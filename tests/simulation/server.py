@@ -214,7 +214,8 @@ class SimulatedServer:
             encoded = self.observer(args=args)
         popped, expired, state = json.loads(encoded)
         observed = Observed(
-            popped=[None if item is False else item for item in _array(popped)], expired=_array(expired)
+            popped=[None if item is False else item for item in _array(popped)],
+            expired=_array(expired),
         )
         for key, pttl, kind, value in _array(state):
             observed.keys[key] = KeyState(int(pttl), kind, _decoded(kind, value))
