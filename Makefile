@@ -11,12 +11,13 @@ TOX_ARGS ?=
 PYENV_BINS := $(shell root=$$(pyenv root 2>/dev/null) && for v in "$$root"/versions/3.1[0-9]*; do [ -x "$$v/bin/python" ] && printf '%s:' "$$v/bin"; done)
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test simulate lint format tox bench clean
+.PHONY: help demo test simulate lint format tox bench docs docs-serve clean
 
 help:
 	@echo "make demo   serve the example project on http://127.0.0.1:$(PORT)/ (make demo PORT=8001; embedded Redis unless REDIS_URL is set)"
 	@echo "make test   run the whole test suite against private redis-server processes (SERVER=valkey: valkey-server; PYTEST_ARGS='tests/test_lock.py -x': a part)"
 	@echo "make simulate  a campaign of the protocol's simulation: 100,000 schedules per workload and topology, faults on (SCHEDULES=n WORKLOAD=w TOPOLOGY=t FAULTS=off; SEED=n replays one, with its trace)"
+	@echo "make docs   build the documentation site into site/, strictly (a broken link, anchor or API reference fails); make docs-serve: serve it on :8001 while editing"
 	@echo "make lint   ruff, mypy and the import contracts (lint-imports)"
 	@echo "make tox    the Python x Django matrix (a missing Python fails it; SKIP_MISSING=1 skips instead)"
 	@echo "make bench  compare the lock with other Redis locks, the task guards with celery-once and celery-singleton, the semaphore, dead waiters and faults, and the metrics (~18 minutes), writes benchmarks/results*.md"
@@ -53,6 +54,13 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/mypy
 	PYTHONPATH=. $(BIN)/lint-imports
 
+# The documentation site (mkdocs.yml); strict: a broken link, anchor or reference fails it.
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8001
+
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
@@ -82,4 +90,4 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_metrics.py
 
 clean:
-	rm -rf $(VENV) .tox build dist *.egg-info example_project/.redis example_project/db.sqlite3
+	rm -rf $(VENV) .tox build dist site *.egg-info example_project/.redis example_project/db.sqlite3
