@@ -173,6 +173,12 @@ SETTINGS: dict[str, Setting] = {
             "Exporters of the locks' metrics: 'prometheus', 'opentelemetry' (none by default).",
         ),
         Setting(
+            "METRICS_TOKEN",
+            None,
+            validators.optional_secret,
+            "A bearer token that lets a scraper read the metrics view without logging in.",
+        ),
+        Setting(
             "CONNECTION_FACTORY",
             None,
             validators.optional_callable,
@@ -296,6 +302,10 @@ class LockSettings:
     @property
     def METRICS(self) -> tuple[str, ...]:
         return cast("tuple[str, ...]", self.get("METRICS"))
+
+    @property
+    def METRICS_TOKEN(self) -> str | None:
+        return cast("str | None", self.get("METRICS_TOKEN"))
 
     @property
     def CONNECTION_FACTORY(self) -> Callable[[str], Any] | None:

@@ -24,6 +24,7 @@ __all__ = [
     "choice",
     "integer",
     "optional_callable",
+    "optional_secret",
     "quorums",
     "seconds",
     "string",
@@ -198,6 +199,24 @@ def exporters(setting: str, value: Any) -> tuple[str, ...]:
                 hint=f'pip install "django-redis-lock[{name}]"',
             )  # fmt: skip
     return tuple(dict.fromkeys(value))
+
+
+def optional_secret(setting: str, value: Any) -> str | None:
+    """A shared secret (a bearer token), or None: long enough not to be guessed."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidSetting(
+            setting, f"must be a string (or None), not {type(value).__name__}.", problem="type"
+        )
+    if len(value) < 16 or any(char.isspace() for char in value):
+        raise InvalidSetting(
+            setting,
+            "must be at least 16 characters, without spaces.",
+            problem="value",
+            hint="For example: python -c 'import secrets; print(secrets.token_urlsafe())'",
+        )
+    return value
 
 
 def optional_callable(setting: str, value: Any) -> Callable[..., Any] | None:

@@ -235,3 +235,16 @@ def timer_writes(multiproc_dir: str) -> float:
         return read_files(multiproc_dir)[HOLD_COUNT]
     finally:
         sink.close()
+
+
+def scraped_metrics_view(redis_url: str, multiproc_dir: str, token: str) -> tuple[int, str]:
+    """In multi-process mode (files in ``multiproc_dir``): the metrics view's status and body,
+    asked by a scraper with ``token``, in a process that took no lock itself."""
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == multiproc_dir  # inherited from the test
+    setup_django(
+        redis_url, DJANGO_REDIS_LOCK_METRICS=["prometheus"], DJANGO_REDIS_LOCK_METRICS_TOKEN=token
+    )
+    from django.test import Client
+
+    response = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}")
+    return response.status_code, response.content.decode()

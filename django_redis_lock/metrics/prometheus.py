@@ -29,13 +29,20 @@ from collections.abc import Iterator
 from itertools import accumulate
 from typing import Any
 
-from prometheus_client import REGISTRY, values
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    generate_latest,
+    values,
+)
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.utils import floatToGoString
 from redis.exceptions import RedisError
 
@@ -62,6 +69,7 @@ __all__ = [
     "MultiProcessPrometheusSink",
     "PrometheusSink",
     "default_sink",
+    "exposition",
 ]
 
 logger = logging.getLogger("django_redis_lock")
@@ -181,3 +189,17 @@ def default_sink() -> PrometheusSink | MultiProcessPrometheusSink:
             _default = MultiProcessPrometheusSink()
         CensusCollector()
     return _default
+
+
+def exposition() -> tuple[bytes, str]:
+    """What a scrape of this process serves, and its content type (``metrics/views.py``):
+    ``prometheus_client``'s default registry, where :func:`default_sink` counts, with the
+    census; under ``PROMETHEUS_MULTIPROC_DIR``, the sums of every process's files, as its
+    ``MultiProcessCollector`` reads them, with a census of its own."""
+    if values.ValueClass is values.MutexValue:
+        registry = REGISTRY
+    else:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        CensusCollector(registry=registry)
+    return generate_latest(registry), CONTENT_TYPE_LATEST

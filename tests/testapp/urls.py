@@ -2,6 +2,8 @@ from django.contrib import admin
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
+from django_redis_lock.metrics.views import metrics
+
 from . import drf_views, views
 
 router = SimpleRouter()
@@ -9,6 +11,7 @@ router.register("api/orders", drf_views.OrderViewSet, basename="orders")
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("metrics", metrics),
     path("order/", views.order),
     path("order-by-user/", views.order_by_user),
     path("payment/", views.payment),
