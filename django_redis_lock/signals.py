@@ -5,6 +5,11 @@ with ``sender=Semaphore``, its ``lock`` the Semaphore) and these keyword argumen
 ``lock_released``        lock, name, label, held (seconds)
 ``lock_contended``       lock, name, label, owner (holder's owner record, or None): an
                          acquisition found the lock held and is about to wait
+``lock_not_acquired``    lock, name, label, waited (seconds), outcome: an acquisition ended
+                         without the lock: ``"timed_out"`` (its wait ran out), ``"error"``
+                         (Redis failed; the caller gets the error), or ``"done"`` (it asked for
+                         the holder's result, ``want_result``, and got it instead: a duplicate
+                         submission replayed, a task's copy)
 ``lock_lost``            lock, name, label, held (seconds since acquired), reason (str): a lease
                          ended while its holder believed it held the lock
 ``lock_force_released``  name, token, owner (the record that was released), by (who asked)
@@ -29,6 +34,7 @@ __all__ = [
     "lock_contended",
     "lock_force_released",
     "lock_lost",
+    "lock_not_acquired",
     "lock_released",
     "run_skipped",
     "task_duplicate_found",
@@ -37,6 +43,7 @@ __all__ = [
 lock_acquired = Signal()
 lock_released = Signal()
 lock_contended = Signal()
+lock_not_acquired = Signal()
 lock_lost = Signal()
 lock_force_released = Signal()
 run_skipped = Signal()

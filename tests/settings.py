@@ -22,7 +22,16 @@ INSTALLED_APPS = [
     "django_redis_lock",
     "tests.testapp",
     "rest_framework",  # @prevent_double_submit on Django REST framework's views (test_drf.py)
+    # The Locks panel (test_debug_toolbar.py); its middleware is added by that test only.
+    "debug_toolbar",
 ]
+DEBUG_TOOLBAR_PANELS = [
+    "debug_toolbar.panels.timer.TimerPanel",
+    "debug_toolbar.panels.sql.SQLPanel",
+    "django_redis_lock.debug_toolbar.LocksPanel",
+]
+# (The toolbar shows only where a test says so: its middleware, SHOW_TOOLBAR_CALLBACK.)
+DEBUG_TOOLBAR_CONFIG = {"IS_RUNNING_TESTS": False}
 
 # Django's tasks framework (the django-tasks backport before Django 6.0): tasks guarded by
 # django_redis_lock.tasks, queued in the database and run by django-tasks-db's db_worker.

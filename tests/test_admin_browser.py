@@ -17,29 +17,7 @@ from django.contrib.auth.models import User
 
 from django_redis_lock import Lock
 from django_redis_lock.task_guards import reservations
-from tests.helpers import django_redis_caches
-
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def find_chromium() -> str | None:
-    configured = os.environ.get("CHROMIUM")
-    if configured:
-        return configured
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
+from tests.helpers import CHROMIUM_FLAGS, django_redis_caches, find_chromium
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.helpers import free_port, port_is_open, wait_for_exit
+from tests.helpers import CHROMIUM_FLAGS, find_chromium, free_port, port_is_open, wait_for_exit
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "example_project"
 
@@ -103,7 +104,11 @@ def run_demo(tmp_path):
         demo.stop()
 
 
-@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize(
+    "stop_signal",
+    [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+    ids=["ctrl-c", "sigterm", "terminal-closed"],
+)
 def test_demo_with_embedded_redis_serves_home_and_cleans_up(run_demo, stop_signal):
     demo = run_demo()
     match = demo.wait_for_line(r"embedded redis-server (\S+) on (\S+) \(pid (\d+)\)")
@@ -258,3 +263,144 @@ def test_demo_double_click_makes_one_order(run_demo):
     assert order() == (201, "true")  # this browser's session: its first response, replayed
     _, page = demo.get("shop/")
     assert 'id="order-count">1<' in page
+
+
+ROOT = EXAMPLE.parent
+
+
+def test_make_demo_refuses_a_busy_port_before_it_starts_anything(tmp_path):
+    """The real ``make demo`` (its venv stamp taken as it is: this interpreter's venv), on a
+    port something listens on: one line that says which port to use instead, no Redis started,
+    no "serving"."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            ["make", "--no-print-directory", "-o", ".venv/.installed-demo", "demo",
+             f"PORT={port}", f"BIN={Path(sys.executable).parent}"],
+            cwd=ROOT, env=demo_env(tmp_path), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode != 0
+    suggested = re.search(rf"demo: port {port} is busy: make demo PORT=(\d+)", done.stderr)
+    assert suggested, done.stderr
+    assert int(suggested.group(1)) != port
+    assert "serving" not in done.stdout
+    assert "embedded redis-server" not in done.stdout
+
+
+class Visitor:
+    """A browser's requests without a browser: cookies kept, the CSRF token sent back."""
+
+    def __init__(self, demo: Demo) -> None:
+        self.demo, self.jar = demo, http.cookiejar.CookieJar()
+        handler = urllib.request.HTTPCookieProcessor(self.jar)
+        self.opener = urllib.request.build_opener(handler)
+
+    def get(self, path: str) -> str:
+        with self.opener.open(self.demo.url + path, timeout=60) as response:
+            return response.read().decode()
+
+    def post(self, path: str, **data: str) -> tuple[str, str]:
+        """The page a form's POST ends on (redirects followed), and its URL."""
+        token = next(cookie.value for cookie in self.jar if cookie.name == "csrftoken")
+        body = urllib.parse.urlencode({"csrfmiddlewaretoken": token, **data}).encode()
+        request = urllib.request.Request(
+            self.demo.url + path, body, headers={"Referer": self.demo.url}
+        )
+        with self.opener.open(request, timeout=60) as response:
+            return response.read().decode(), response.url
+
+
+def test_the_home_page_makes_contention_to_look_at(run_demo):
+    demo = run_demo("--noreload")
+    demo.wait_for_line(r"serving http://")
+    visitor = Visitor(demo)
+    visitor.get("")  # (the CSRF cookie)
+    page, url = visitor.post("contention/")
+    assert url.endswith("/?contention=started")
+    assert 'id="contention">Started' in page
+    assert visitor.post("contention/")[1].endswith("/?contention=running")  # one at a time
+
+    visitor.get("admin/login/")
+    visitor.post("admin/login/", username="demo", password="demo", next="/admin/")
+    locks = visitor.get("admin/django_redis_lock/heldlock/")
+    row = re.search(r"report:nightly.*?</tr>", locks, re.S).group(0)
+    waiters = [int(n) for n in re.findall(r"<td[^>]*>(\d+)</td>", row)]
+    assert waiters, row
+    assert waiters[0] >= 1, row  # a holder, and workers queued behind it
+    assert "exports" in locks  # the semaphore's permits
+    hot = visitor.get("admin/django_redis_lock/heldlock/hot/")
+    assert "report:nightly" in hot.split("Most waiters now", 1)[1]
+
+    # A request that waits its turn among the workers, shown by the Debug Toolbar.
+    report = visitor.get("report/")
+    assert 'id="outcome">built<' in report
+    assert 'id="djdt-LocksPanel"' in report
+
+
+def test_the_shop_restocks_and_keeps_its_own_product(run_demo, tmp_path):
+    demo = run_demo("--noreload")
+    redis_url = demo.wait_for_line(r"embedded redis-server \S+ on (\S+)").group(1)
+    demo.wait_for_line(r"serving http://")
+    # buy_last_items first, as the demo suggests: it sells a product of its own out, which
+    # must not become the shop's (it did: the shop showed the first product, sold out).
+    sale = example_manage(
+        tmp_path, redis_url, "buy_last_items", "--processes", "2", "--stock", "2"
+    )
+    assert "left: 0" in sale.stdout, sale.stderr
+    visitor = Visitor(demo)
+    shop = visitor.get("shop/")
+    assert "Django mug" in shop
+    assert 'id="stock">100<' in shop
+    product = re.search(r'name="product" value="(\d+)"', shop).group(1)
+    visitor.post("shop/checkout/", product=product, quantity="100")  # sold out
+    assert 'id="stock">0<' in visitor.get("shop/")
+    page, url = visitor.post("shop/restock/")
+    assert url.endswith("/shop/?restocked=1")
+    assert 'id="restocked">Restocked: 100 in stock.<' in page
+    assert 'id="stock">100<' in page
+
+
+def test_the_double_click_says_what_happened(run_demo, tmp_path):
+    """In Chromium: the shop's "Double click" button's text follows the answers: sold out, no
+    order; after a restock, one order and the duplicate refused or replayed."""
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("No Chromium found: `apt install chromium`, or set CHROMIUM=/path/to/it.")
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    demo = run_demo("--noreload")
+    demo.wait_for_line(r"serving http://")
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page()
+            page.goto(demo.url + "shop/")
+            product = page.get_attribute('input[name="product"]', "value")
+            page.evaluate(  # this browser buys the whole stock
+                """async (product) => {
+                    const form = new FormData(document.getElementById("checkout"));
+                    form.set("quantity", "100");
+                    await fetch("/shop/checkout/", {method: "POST", body: form});
+                }""",
+                product,
+            )
+            page.goto(demo.url + "shop/")
+            assert page.inner_text("#stock") == "0"
+            page.click("#double-click")
+            page.wait_for_function("!document.getElementById('result').textContent.includes('…')")
+            assert "No order was made: the mug is sold out." in page.inner_text("#result")
+            page.screenshot(path=str(tmp_path / "sold-out.png"))
+
+            page.click("#restock")
+            page.wait_for_selector("#restocked")
+            # Another order than the sold-out pair's (whose answer is replayed for 5 s to the
+            # same submission): two of this one.
+            page.evaluate("document.querySelector('#checkout [name=quantity]').value = '2'")
+            page.click("#double-click")
+            page.wait_for_function("!document.getElementById('result').textContent.includes('…')")
+            text = page.inner_text("#result")
+            assert re.search(r"One order was made \(#\d+\): the duplicate got", text), text
+            page.screenshot(path=str(tmp_path / "one-order.png"))
+        finally:
+            browser.close()

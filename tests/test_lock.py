@@ -18,6 +18,7 @@ from django.test import override_settings
 
 from django_redis_lock import (
     Lock,
+    LockBackendError,
     LockError,
     LockLost,
     LockNotAcquired,
@@ -26,6 +27,7 @@ from django_redis_lock import (
     lock_contended,
     lock_lost,
     lock_many,
+    lock_not_acquired,
     lock_released,
 )
 from django_redis_lock.backends.scripts import RELEASE
@@ -312,6 +314,31 @@ def test_signals(redis_client):
     assert seen.count((lock_contended, "sig")) == 1
 
 
+def test_lock_not_acquired_says_how_an_acquisition_ended_without_the_lock(settings, redis_client):
+    seen = []
+
+    def record(signal, **kwargs):
+        seen.append((kwargs["name"], kwargs["outcome"], kwargs["waited"]))
+
+    lock_not_acquired.connect(record, weak=False)
+    try:
+        with Lock("nsig:held", timeout=10):
+            assert not Lock("nsig:held").acquire(wait=0.05)
+        done = Lock("nsig:done")
+        done.acquire()
+        done.release(result=b"kept", result_ttl=10)
+        assert Lock("nsig:done").claim(want_result=True).result == b"kept"
+        settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
+        with pytest.raises(LockBackendError):
+            Lock("nsig:down", wait=0).acquire()
+    finally:
+        lock_not_acquired.disconnect(record)
+    assert [(name, outcome) for name, outcome, _ in seen] == [
+        ("nsig:held", "timed_out"), ("nsig:done", "done"), ("nsig:down", "error"),
+    ]  # fmt: skip
+    assert seen[0][2] == 0.05  # the wait it was given
+
+
 def test_script_flush_is_survived(redis_client):
     with Lock("flush", timeout=10):
         pass
@@ -324,8 +351,6 @@ def test_script_flush_is_survived(redis_client):
 
 
 def test_unreachable_redis_is_a_backend_error(settings):
-    from django_redis_lock import LockBackendError
-
     settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0")
     with pytest.raises(LockBackendError, match="ConnectionError"):
         Lock("down", timeout=1).acquire()

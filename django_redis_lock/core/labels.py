@@ -13,6 +13,7 @@ import threading
 
 __all__ = [
     "ACQUIRED",
+    "DONE",
     "ERROR",
     "MAX_GROUPS",
     "OTHER",
@@ -24,8 +25,11 @@ __all__ = [
 
 logger = logging.getLogger("django_redis_lock")
 
-# A wait's outcomes.
+# A wait's outcomes (the metrics' ``outcome`` label)...
 ACQUIRED, TIMED_OUT, ERROR = "acquired", "timed_out", "error"
+# ...and, for ``lock_not_acquired`` only, a wait for the holder's result that got it: not a
+# wait that failed, so the metrics do not count it as one.
+DONE = "done"
 
 MAX_GROUPS = 200
 OTHER = "other"

@@ -209,6 +209,7 @@ class Bookkeeping:
             self._acquired(pending, outcome)
             return Claim(True)
         if isinstance(outcome, flows.Done):
+            reports.done_elsewhere(self.reported, time.monotonic() - pending.plan.started)
             return Claim(False, result=outcome.result)
         self._contended_at = time.monotonic()
         max_wait = pending.plan.max_wait

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from .. import signals
 from ..core.durations import readable
-from ..core.labels import ACQUIRED, ERROR, TIMED_OUT, bounded, reason_kind
+from ..core.labels import ACQUIRED, DONE, ERROR, TIMED_OUT, bounded, reason_kind
 from ..core.lease import decode_lease
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "add_sink",
     "contended",
     "contention_observed",
+    "done_elsewhere",
     "gave_up",
     "limits_differ",
     "lost",
@@ -124,6 +125,14 @@ def contended(lock: Reported, max_wait: float, holder: Any) -> None:
     )
 
 
+def _not_acquired(lock: Reported, waited: float, outcome: str) -> None:
+    if signals.lock_not_acquired.receivers:
+        signals.lock_not_acquired.send(
+            sender=type(lock), lock=lock, name=lock.name, label=lock.label, waited=waited,
+            outcome=outcome,
+        )  # fmt: skip
+
+
 def gave_up(lock: Reported, max_wait: float) -> None:
     """An acquisition that could wait ended without the lock. INFO, not WARNING: the caller
     is told (``LockNotAcquired``, or a guard's own handling, such as a command's exit status),
@@ -133,13 +142,22 @@ def gave_up(lock: Reported, max_wait: float) -> None:
         _waited(lock, TIMED_OUT, max_wait)
     if max_wait > 0:
         logger.info("Gave up on lock %r after waiting %s", lock.name, readable(max_wait))
+    _not_acquired(lock, max_wait, TIMED_OUT)
 
 
 def acquire_failed(lock: Reported, waited: float) -> None:
     """An acquisition ended in an error (Redis unreachable...), after ``waited`` seconds: the
-    caller gets the error; only the metrics are told here."""
+    caller gets the error; the metrics and ``lock_not_acquired`` are told here."""
     if sinks:
         _waited(lock, ERROR, waited)
+    _not_acquired(lock, waited, ERROR)
+
+
+def done_elsewhere(lock: Reported, waited: float) -> None:
+    """An acquisition that asked for the holder's result (``want_result``) got it instead of
+    the lock: the work is done, by another (a duplicate submission, a task's copy). Not a
+    wait that ran out, so not counted as one."""
+    _not_acquired(lock, waited, DONE)
 
 
 def acquired(lock: Reported, waited: float, fence: int | None) -> None:

@@ -5,7 +5,9 @@ redis-server when you have not set it yourself, and leaves that server's URL in
 ``.redis/url`` while it runs, where ``manage.py`` in another terminal finds it.
 """
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -93,6 +95,17 @@ CACHES = {
 }
 
 DJANGO_REDIS_LOCK_TIMEOUT = 30
+
+# django-debug-toolbar with the Locks panel (the demo installs it; DEBUG only): open the
+# report page during the contention to see a request wait for a lock, and for whom.
+if DEBUG and importlib.util.find_spec("debug_toolbar") and "test" not in sys.argv:
+    from debug_toolbar.settings import PANELS_DEFAULTS
+
+    INSTALLED_APPS.append("debug_toolbar")
+    MIDDLEWARE.insert(0, "debug_toolbar.middleware.DebugToolbarMiddleware")
+    INTERNAL_IPS = ["127.0.0.1", "::1"]
+    DEBUG_TOOLBAR_PANELS = [*PANELS_DEFAULTS, "django_redis_lock.debug_toolbar.LocksPanel"]
+    DEBUG_TOOLBAR_CONFIG = {"SHOW_COLLAPSED": True}  # a handle on the right, not over the page
 
 # The demo creates an admin user demo / demo (`manage.py ensure_demo_superuser`): demo only.
 DEMO_SUPERUSER = os.environ.get("DEMO_SUPERUSER", "1") == "1"

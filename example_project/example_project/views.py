@@ -2,6 +2,7 @@ import os
 from importlib.metadata import version
 
 import redis
+from django.conf import settings
 from django.shortcuts import render
 
 from django_redis_lock import get_redis_client
@@ -18,6 +19,8 @@ def home(request):
     except redis.RedisError as exc:
         server, error = {}, f"{type(exc).__name__}: {exc}"
     context = {
+        "contention": request.GET.get("contention"),
+        "toolbar": "debug_toolbar" in settings.INSTALLED_APPS,
         "redis_address": "{host}:{port}/{db}".format(**{"db": 0, **connection}),
         "redis_server": server,
         "redis_error": error,

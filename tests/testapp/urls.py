@@ -1,10 +1,10 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
 from django_redis_lock.metrics.views import metrics
 
-from . import drf_views, views
+from . import drf_views, toolbar_views, views
 
 router = SimpleRouter()
 router.register("api/orders", drf_views.OrderViewSet, basename="orders")
@@ -12,6 +12,8 @@ router.register("api/orders", drf_views.OrderViewSet, basename="orders")
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("metrics", metrics),
+    path("toolbar/locks/", toolbar_views.locks),
+    path("toolbar/async-locks/", toolbar_views.async_locks),
     path("order/", views.order),
     path("order-by-user/", views.order_by_user),
     path("payment/", views.payment),
@@ -31,4 +33,6 @@ urlpatterns = [
     path("api/patient/", drf_views.PatientAPIView.as_view()),
     path("api/session-order/", drf_views.SessionOrderAPIView.as_view()),
     *router.urls,
+    # (debug_toolbar_urls() gives none unless DEBUG: the toolbar test turns it on.)
+    path("__debug__/", include("debug_toolbar.urls")),
 ]
