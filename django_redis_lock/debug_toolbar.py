@@ -91,10 +91,14 @@ class _Recording:
 
     def latest(self, lock: Any, *outcomes: str) -> Taken | None:
         """The latest taking of ``lock`` that is still ``outcomes`` (a re-entry's release
-        ends the latest acquisition first)."""
+        ends the latest acquisition first). By its object and its name: a Lock dropped while
+        held may leave its id() to a later one."""
         with self.guard:
             for taken in reversed(self.taken):
-                if taken.lock_id == id(lock) and taken.outcome in outcomes:
+                if (taken.lock_id, taken.name) == (
+                    id(lock),
+                    lock.name,
+                ) and taken.outcome in outcomes:
                     return taken
         return None
 
