@@ -59,7 +59,9 @@ class QuorumWorld(World):
 
     def observe(self, now_us: int, moved_ms: int, pops: list[str]) -> Observed:
         """What a majority of the members hold (a key without an expiry on any one shows)."""
-        each = [node.observe(now_us, moved_ms, pops) for node in self.nodes]
+        for node in self.nodes:
+            node.send_observe(now_us, moved_ms, pops)
+        each = [node.read_observe() for node in self.nodes]
         merged = Observed(popped=[None] * len(pops))
         for key in sorted({key for observed in each for key in observed.keys}):
             states = [observed.keys[key] for observed in each if key in observed.keys]

@@ -45,9 +45,12 @@ class World:
         return [self.home()]
 
     def observe(self, now_us: int, moved_ms: int, pops: list[str]) -> Observed:
+        watched = self.watched()
+        for node in watched:
+            node.send_observe(now_us, moved_ms, pops)
         merged: Observed | None = None
-        for node in self.watched():
-            observed = node.observe(now_us, moved_ms, pops)
+        for node in watched:
+            observed = node.read_observe()
             if merged is None:
                 merged = observed
                 continue
