@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
@@ -33,6 +34,7 @@ urlpatterns = [
     path("api/patient/", drf_views.PatientAPIView.as_view()),
     path("api/session-order/", drf_views.SessionOrderAPIView.as_view()),
     *router.urls,
-    # (debug_toolbar_urls() gives none unless DEBUG: the toolbar test turns it on.)
-    path("__debug__/", include("debug_toolbar.urls")),
 ]
+if "debug_toolbar" in settings.INSTALLED_APPS:  # (not in tests/settings_celery_only.py)
+    # Always, not debug_toolbar_urls(): that gives none unless DEBUG.
+    urlpatterns.append(path("__debug__/", include("debug_toolbar.urls")))
