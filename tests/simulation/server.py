@@ -207,10 +207,6 @@ class SimulatedServer:
         """Empty the database for a new schedule."""
         self.client.flushdb()
 
-    def observe(self, now_us: int, moved_ms: int, pops: list[str]) -> Observed:
-        self.send_observe(now_us, moved_ms, pops)
-        return self.read_observe()
-
     # The observation in two halves, so that a world sends it to every node before it reads
     # any answer (the nodes work at once). On a connection of its own, held for the server's
     # life: redis-py's Connection, without the client's per-command work (a schedule observes
