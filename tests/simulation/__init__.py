@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from .choices import Choices, HypothesisChoices, SeededChoices
-from .cluster import ClusterWorld
+from .cluster import ClusterSplit, ClusterWorld
 from .quorum import QuorumWorld
 from .server import SimulatedServer, simulated_scripts
 from .simulation import FAULTS_ON, NO_FAULTS, Faults, Simulation, SimulationFailed
@@ -23,6 +23,7 @@ __all__ = [
     "FAULTS_ON",
     "TOPOLOGIES",
     "WORKLOADS",
+    "ClusterSplit",
     "ClusterWorld",
     "Faults",
     "HypothesisChoices",

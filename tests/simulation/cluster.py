@@ -10,15 +10,29 @@ from typing import Any
 import redis
 import redis.cluster
 from redis.cluster import RedisCluster
+from redis.connection import Connection
 from redis.crc import key_slot
+from redis.exceptions import AskError, MovedError
 
 from django_redis_lock.backends import ClusterBackend
 from django_redis_lock.backends.scripts import Script
 
-from .server import CLOCK_PREFIX, NAMESPACE, SimulatedServer, simulated_scripts
+from .server import CLOCK_PREFIX, NAMESPACE, Observed, SimulatedServer, simulated_scripts
 from .world import TAG, World
 
-__all__ = ["ClusterWorld"]
+__all__ = ["ClusterSplit", "ClusterWorld"]
+
+# A key in the schedule's slot that never exists: asked of every node after each step, it
+# tells who each node says has the slot (see ClusterWorld.observe).
+PROBE = NAMESPACE + TAG + ":probe"
+
+
+class ClusterSplit(Exception):
+    """Two nodes acted as the owner of the schedule's slot (or one named a third): Redis
+    Cluster's gossip brought an older claim back after every node had agreed. Then two
+    primaries accept writes to one key, and no lock on Redis Cluster holds, ours or any: it is
+    the cluster's split brain, not the protocol's fault. The schedule says nothing about the
+    protocol; ``make simulate`` runs it again on a cluster settled anew."""
 
 
 class ClusterWorld(World):
@@ -38,6 +52,10 @@ class ClusterWorld(World):
         self.slot = key_slot(TAG.encode())
         self.processes = []
         self._ids = {node: _node_id(node.client) for node in self.nodes}
+        # A second connection to each node, for the ownership probe sent beside the
+        # observation (each node answers both at once).
+        self._probes = {node: Connection(**node.client.connection_pool.connection_kwargs)
+                        for node in self.nodes}  # fmt: skip
         self._home = next(n for n in self.nodes if _slot_owner(n.client, self.slot))
         self._target: SimulatedServer | None = None  # the slot is moving there
         self._moved = False  # this schedule's slot has moved (once is all a schedule sees)
@@ -56,6 +74,35 @@ class ClusterWorld(World):
         self._settle(self._home)
         self._moved = False
         super().reset(now_us)
+
+    def observe(self, now_us: int, moved_ms: int, pops: list[str]) -> Observed:
+        """The nodes' observation, and a probe of who has the slot, asked of every node: the
+        home answers for it (or, while the slot is being moved, sends the probe's missing key
+        on with ASK), every other node redirects to the home with MOVED. Anything else is a
+        :class:`ClusterSplit`, raised before the step's outcome is judged."""
+        for node in self.nodes:
+            self._probes[node].send_command("EXISTS", PROBE)
+        observed = super().observe(now_us, moved_ms, pops)
+        home = self._address(self._home)
+        claims = []
+        for node in self.nodes:
+            try:
+                self._probes[node].read_response()
+                says = self._address(node)
+            except MovedError as moved:
+                says = f"{moved.host}:{moved.port}"
+            except AskError:
+                says = home if node is self._home else "ASK from a node that is not the home"
+            if says != home:
+                claims.append(f"{self._name(node)} says {says}")
+        if claims:
+            raise ClusterSplit(f"the slot is {self._name(self._home)}'s ({home}), but "
+                               + "; ".join(claims))  # fmt: skip
+        return observed
+
+    def _address(self, node: SimulatedServer) -> str:
+        address = node.client.connection_pool.connection_kwargs
+        return f"{address['host']}:{address['port']}"
 
     @contextlib.contextmanager
     def carrying(self) -> Iterator[None]:
@@ -121,13 +168,18 @@ class ClusterWorld(World):
         self._home, self._target, self._moved = target, None, True
 
     def _settle(self, owner: SimulatedServer, timeout: float = 10.0) -> None:
-        """Until every node says ``owner`` has the slot (gossip has no event to wait on: a
-        bounded probe, which tells a node that says otherwise again)."""
+        """Until every node says ``owner`` has the slot, and knows the owner's latest config
+        epoch (a node that knew an older one could still take an older claim, gossiped late,
+        for the newer: the split :class:`ClusterSplit` is about). Gossip has no event to wait
+        on: a bounded probe, which tells a node that says otherwise again."""
         deadline = time.monotonic() + timeout
         while True:
+            epoch = _epochs(owner.client)[self._ids[owner]]
             wrong = [
-                n for n in self.nodes if _slot_owner_id(n.client, self.slot) != self._ids[owner]
-            ]
+                n for n in self.nodes
+                if _slot_owner_id(n.client, self.slot) != self._ids[owner]
+                or _epochs(n.client).get(self._ids[owner]) != epoch
+            ]  # fmt: skip
             if not wrong:
                 return
             if time.monotonic() > deadline:
@@ -152,6 +204,8 @@ class ClusterWorld(World):
 
     def stop(self) -> None:
         super().stop()
+        for connection in self._probes.values():
+            connection.disconnect()
         self.cluster.close()
 
 
@@ -179,6 +233,12 @@ def _node_id(client: redis.Redis) -> str:
 
 def _slot_owner(client: redis.Redis, slot: int) -> bool:
     return _slot_owner_id(client, slot) == _node_id(client)
+
+
+def _epochs(client: redis.Redis) -> dict[str, str]:
+    """Each node's config epoch, as the node of ``client`` knows it."""
+    lines = client.execute_command("CLUSTER", "NODES").decode().splitlines()
+    return {fields[0]: fields[6] for fields in (line.split() for line in lines)}
 
 
 def _slot_owner_id(client: redis.Redis, slot: int) -> str | None:
