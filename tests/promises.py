@@ -64,7 +64,9 @@ def renewed_while_held_and_a_loss_is_told(
     settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
     with pytest.raises(LockLost), Lock(name) as held:
         first = leases()
-        renewal = held._book.hold().renewal
+        hold = held._book.hold()
+        wait_until(lambda: hold.renewal is not None, 5, "the watchdog to take the hold on")
+        renewal = hold.renewal
         first_end = renewal.expires_at
         wait_until(lambda: renewal.expires_at > first_end + 0.6, 10, "three renewals")
         assert held.owned()

@@ -143,8 +143,41 @@ def test_released_locks_leave_the_watchdog(settings):
     settings.DJANGO_REDIS_LOCK_TIMEOUT = 5
     with Lock("done") as held:
         hold = held._book.hold()
-        assert hold.renewal in renewer
+        assert renewer.renewing(hold)
+        assert hold.renewal is None  # deferred: released before the watchdog looks, never made
+    assert not renewer.renewing(hold)
+    with Lock("done") as held:
+        hold = held._book.hold()
+        # Held past the watchdog's next look (at most a second away, or a third of the lease):
+        # its renewal is made then.
+        wait_until(lambda: hold.renewal is not None, 5, "the watchdog to take the hold on")
+        assert renewer.renewing(hold)
+    assert not renewer.renewing(hold)
     assert hold.renewal not in renewer
+
+
+def test_a_hold_ending_while_the_watchdog_takes_it_on_is_never_renewed(settings):
+    """The two orders of a release and the watchdog's look at a hold whose renewal is deferred
+    (Bookkeeping._grown_up and _stop_renewing take turns under one lock), forced step by step:
+    whichever comes first, a released hold is not renewed."""
+    lock = Lock("turns")
+    # The watchdog's thread looks only while it holds its condition: holding it here, this
+    # test is the only one to look.
+    with renewer._condition:
+        for release_first in (True, False):
+            lock.acquire()
+            hold = lock._book.hold()
+            grow, args = renewer.young[id(hold)]
+            if release_first:
+                lock.release()
+                grow(*args)  # the look, after the release: finds nothing to take on
+                assert hold.renewal is None
+            else:
+                grow(*args)
+                assert hold.renewal in renewer
+                lock.release()
+                assert hold.renewal not in renewer
+            assert not renewer.renewing(hold)
 
 
 def test_an_unexpected_error_is_a_failed_renewal_not_a_spinning_thread(

@@ -62,6 +62,13 @@ def silent(give_back: Eval | None) -> Callable[[], Sequence[Any]] | None:
     return lambda: script.command(give_back.keys, give_back.args)
 
 
+def give_back_command(keys: Any, token: str) -> Sequence[Any]:
+    """The give-back (``release.give_back``) of an acquisition by ``token`` of the lock of
+    ``keys``, as ``silent`` sends it (one ``EVAL``, which needs nothing loaded): for the flat
+    path, which makes it only if a reply never comes (``functools.partial``)."""
+    return SCRIPTS[keys.RELEASE].command(keys.release_keys(""), (token, ""))
+
+
 def shortened(request: Block, reply: Any) -> tuple[float, bool]:
     """How long a block sent after ``request.first`` lasts, given its reply: ``after_first``
     is called with it (before the block, whose length it may shorten)."""
@@ -114,6 +121,12 @@ class Backend:
     def unreachable(error: BaseException) -> bool:
         """No use sending anything more now (telling the queue we leave, say)."""
         return isinstance(error, RedisTimeoutError)
+
+    def send_request(self, *args: Any, **options: Any) -> Any:
+        """``send``, as one of the engine's requests (the flat uncontended path's, which skips
+        :meth:`call`): a backend's first request may need something done first (one server's
+        loads a script, see ``server.py``). Async twins: an awaitable."""
+        return self.send(*args, **options)
 
     def call(self, request: Request) -> Any:
         """Carry ``request`` out by the method of this backend that does it: a sync backend's

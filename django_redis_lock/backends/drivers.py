@@ -1,16 +1,20 @@
 """The two drivers of a flow (``core/flows.py``): one blocking, one for asyncio. A dozen lines
-each, and nothing else differs between the sync and the async lock API."""
+each, and nothing else differs between the sync and the async lock API. And the flat release
+(``core/uncontended.py``): its one request, then the wake-ups it asks for, if any."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
 from ..core.flows import Flow
-from ..core.requests import Sleep
+from ..core.layout import KeyLayout
+from ..core.requests import Eval, Pipeline, Sleep
+from ..core.uncontended import released
 
-__all__ = ["arun", "run"]
+__all__ = ["arelease", "arun", "release", "run"]
 
 
 def run(flow: Flow, backend: Any) -> Any:
@@ -62,3 +66,22 @@ async def _shielded(awaitable: Any) -> Any:
         # Cancelled again while cleaning up: the request goes on, unwatched; the flow is told
         # it failed (its clean-up steps expect that of any request).
         raise ConnectionError("cancelled while cleaning up") from None
+
+
+def release(request: Eval, keys: KeyLayout, backend: Any) -> int:
+    """Send a release (``uncontended.release_request``) and wake the waiters it was handed to
+    without expecting them; returns its code (``uncontended.released``)."""
+    code, wake = released(keys, backend.perform(request))
+    if wake:
+        with contextlib.suppress(Exception):  # (only how soon they know depends on it)
+            backend.perform(Pipeline(wake, cleanup=True))
+    return code
+
+
+async def arelease(request: Eval, keys: KeyLayout, backend: Any) -> int:
+    """:func:`release` for asyncio; the wake-ups are shielded from a cancellation."""
+    code, wake = released(keys, await backend.perform(request))
+    if wake:
+        with contextlib.suppress(Exception):
+            await _shielded(backend.perform(Pipeline(wake, cleanup=True)))
+    return code

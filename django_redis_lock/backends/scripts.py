@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any
@@ -159,60 +160,73 @@ local function server_time()
 end"""
 
 
-# Prepended to every script. duration(): the milliseconds a script is given are checked before
+# Each script gets, before its own text, the constants, its clock (server_time(): now in ms
+# and in µs, by the server's own ``TIME``) and those of the helpers below it calls: Lua makes a
+# closure of each local function at every call, so a helper a script never calls is a cost
+# paid on each call for nothing (the release of a free lock, the hottest script, is half as
+# expensive without them). duration(): the milliseconds a script is given are checked before
 # anything is written (Lua does not roll back, so an expiry Redis refused after a write would
 # leave a key of ours without one); core/durations.py has checked them already, this is the last
-# line. lease_fields(): the parts of a lease value. server_time(): now, in ms and in µs.
-# job_of(): the job id a token starts with (core/lease.py), or nil. taken_over(): whether a
-# lease value starts with one of ARGV[first], ARGV[first + 1]...: a job's reservation, which the
-# job's own acquisition takes over as if the lock were free. wants_result(): whether the flags
-# ask for the guarded work's result; done(): whether that result (read by the caller) answers
-# this acquisition: any result with the 'd' flag, with 'j' only one naming the acquiring
-# token's job (a finished run of the job). handoff_ms(): how long a lease handed to a waiter
-# lasts until its new holder lengthens it: what it asked for, at most HANDOFF_MS, and never past
-# the waiter's liveness deadline, so that a waiter that died before its turn holds the lock no
-# longer than the queue would have counted it alive (a live one is blocked on its wake-up list,
-# or asks again within its LIVENESS_SLACK: either way it takes over in time). ahead_ms(): ms
-# until the first waiter ahead of ``token`` in ``queue`` that is still counted alive is counted
-# dead (0: none, among the first AHEAD_LOOKS): the waiter behind ends its block by then, since
-# the lease may be handed to that one and end with its liveness.
-_PRELUDE = f"""
+# line. lease_fields(): the parts of a lease value. job_of(): the job id a token starts with
+# (core/lease.py), or nil. taken_over(): whether a lease value starts with one of ARGV[first],
+# ARGV[first + 1]...: a job's reservation, which the job's own acquisition takes over as if the
+# lock were free. wants_result(): whether the flags ask for the guarded work's result; done():
+# whether that result (read by the caller) answers this acquisition: any result with the 'd'
+# flag, with 'j' only one naming the acquiring token's job (a finished run of the job).
+# handoff_ms(): how long a lease handed to a waiter lasts until its new holder lengthens it:
+# what it asked for, at most HANDOFF_MS, and never past the waiter's liveness deadline, so that
+# a waiter that died before its turn holds the lock no longer than the queue would have counted
+# it alive (a live one is blocked on its wake-up list, or asks again within its LIVENESS_SLACK:
+# either way it takes over in time). ahead_ms(): ms until the first waiter ahead of ``token``
+# in ``queue`` that is still counted alive is counted dead (0: none, among the first
+# AHEAD_LOOKS): the waiter behind ends its block by then, since the lease may be handed to that
+# one and end with its liveness.
+_CONSTANTS = f"""
 local QUEUE_TTL_MS, HANDOFF_MS = {QUEUE_TTL_MS}, {HANDOFF_MS}
-{{server_time}}
+"""
+_HELPERS = {
+    "duration": f"""
 local function duration(value)
   local ms = tonumber(value)
   if not ms or ms < 1 or ms > {MAX_SECONDS * 1000} or ms % 1 ~= 0 then
     error('invalid duration: ' .. tostring(value) .. ' (whole milliseconds, at most a year)')
   end
   return ms
-end
+end""",
+    "lease_fields": """
 local function lease_fields(value)
   local a = string.find(value, '|', 1, true)
   local b = string.find(value, '|', a + 1, true)
   local c = string.find(value, '|', b + 1, true)
   return string.sub(value, 1, a - 1), string.sub(value, a + 1, b - 1),
     string.sub(value, b + 1, c - 1), string.sub(value, c + 1)
-end
+end""",
+    "job_of": """
 local function job_of(token)
   return string.match(token, '^([^~]+)~')
-end
+end""",
+    "taken_over": """
 local function taken_over(value, first)
   for i = first, #ARGV do
     if string.sub(value, 1, #ARGV[i]) == ARGV[i] then return true end
   end
   return false
-end
+end""",
+    "wants_result": """
 local function wants_result(flags)
   return string.find(flags, 'd', 1, true) or string.find(flags, 'j', 1, true)
-end
+end""",
+    "done": """
 local function done(flags, result, token)
   if not result then return false end
   if string.find(flags, 'd', 1, true) then return true end
   return string.find(flags, 'j', 1, true) ~= nil and result == job_of(token)
-end
+end""",
+    "handoff_ms": """
 local function handoff_ms(wanted, deadline, now)
   return math.max(1, math.min(duration(wanted), HANDOFF_MS, deadline - now))
-end
+end""",
+    "ahead_ms": f"""
 local function ahead_ms(queue, waiters, token, now)
   local first = redis.call('LRANGE', queue, 0, {AHEAD_LOOKS - 1})
   for _, waiter in ipairs(first) do
@@ -222,27 +236,31 @@ local function ahead_ms(queue, waiters, token, now)
     if deadline and deadline > now then return deadline - now end
   end
   return 0
-end
-"""
+end""",
+}
 
 
-# Also prepended to a semaphore's scripts (``permit_*.lua``), whose KEYS start with the
-# holders (a sorted set: token -> lease end, server ms), their owner records (a hash), the
-# queue and the waiters. permits_purge(): drop the permits whose lease has ended.
-# permits_expire(): both holder keys end with the last lease. permits_limit_of_first(): the
-# limit the first holder took its permit under (``default`` when nobody holds one).
-# live_ahead(): how many live waiters are ahead of ``token`` in the queue (all of them when it
-# is not queued), counting up to ``most``; dead ones met on the way are dropped. NEXT_WAITERS:
-# how many of the queue's first tokens a grant's message names (core/permits.py).
-_PERMITS_PRELUDE = f"""
+# Also for a semaphore's scripts (``permit_*.lua``), whose KEYS start with the holders (a
+# sorted set: token -> lease end, server ms), their owner records (a hash), the queue and the
+# waiters. permits_purge(): drop the permits whose lease has ended. permits_expire(): both
+# holder keys end with the last lease. permits_limit_of_first(): the limit the first holder
+# took its permit under (``default`` when nobody holds one). live_ahead(): how many live
+# waiters are ahead of ``token`` in the queue (all of them when it is not queued), counting up
+# to ``most``; dead ones met on the way are dropped. NEXT_WAITERS: how many of the queue's
+# first tokens a grant's message names (core/permits.py).
+_PERMITS_CONSTANTS = f"""
 local NEXT_WAITERS = {NEXT_WAITERS}
+"""
+_PERMITS_HELPERS = {
+    "permits_purge": """
 local function permits_purge(now)
   local ended = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
   if #ended > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
     for _, gone in ipairs(ended) do redis.call('HDEL', KEYS[2], gone) end
   end
-end
+end""",
+    "permits_expire": """
 local function permits_expire(now)
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   if last[2] then
@@ -252,13 +270,15 @@ local function permits_expire(now)
   else
     redis.call('DEL', KEYS[2])
   end
-end
+end""",
+    "permits_limit_of_first": """
 local function permits_limit_of_first(default)
   local first = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
   local entry = first and redis.call('HGET', KEYS[2], first)
   if not entry then return default end
   return tonumber(string.match(entry, '^%d+|(%d+)|')) or default
-end
+end""",
+    "live_ahead": """
 local function live_ahead(now, most, token)
   local ahead, index = 0, 0
   while ahead < most do
@@ -273,18 +293,40 @@ local function live_ahead(now, most, token)
     end
   end
   return ahead
-end
-"""
+end""",
+}
+
+
+def _called(helpers: dict[str, str], source: str) -> str:
+    """The definitions of those of ``helpers`` that ``source`` calls, directly or through
+    another of them, in the order they are written (each before the helpers that call it)."""
+    wanted: set[str] = set()
+    texts = [source]
+    while True:
+        found = {
+            name for name in helpers
+            if name not in wanted and any(re.search(rf"\b{name}\(", text) for text in texts)
+        }  # fmt: skip
+        if not found:
+            break
+        wanted |= found
+        texts = [helpers[name] for name in found]
+    return "".join(text for name, text in helpers.items() if name in wanted)
 
 
 def load_script(name: str, *, server_time: str = SERVER_TIME) -> Script:
-    """The script ``lua/<name>.lua``, with the prelude above (and a semaphore's, for
-    ``permit_*``). ``server_time``: the Lua definition of ``server_time()`` (the script's
-    clock; :data:`SERVER_TIME`, the server's, unless a simulation brings its own)."""
+    """The script ``lua/<name>.lua``, after the constants, its clock and the helpers above
+    that it calls (and a semaphore's, for ``permit_*``). ``server_time``: the Lua definition
+    of ``server_time()`` (the script's clock; :data:`SERVER_TIME`, the server's, unless a
+    simulation brings its own: always included, since it may also stand in for the server's
+    clock of expiries, behind every ``redis.call`` after it)."""
     source = resources.files(__package__).joinpath(f"lua/{name}.lua").read_text("utf-8")
-    prelude = _PRELUDE.replace("{server_time}", server_time.strip(), 1)
-    prelude += _PERMITS_PRELUDE if name.startswith("permit_") else ""
-    return Script(name, prelude + source)
+    helpers = dict(_HELPERS)
+    prelude = _CONSTANTS + server_time.strip()
+    if name.startswith("permit_"):
+        helpers.update(_PERMITS_HELPERS)
+        prelude += _PERMITS_CONSTANTS
+    return Script(name, prelude + _called(helpers, source) + "\n" + source)
 
 
 TAKE = load_script("take")

@@ -55,14 +55,22 @@ class ServerBackend(Backend):
     def __init__(self, client: Any) -> None:
         super().__init__(client)
         self.perform = self._loading_first  # type: ignore[method-assign]
+        self.send_request = self._loading_first_send  # type: ignore[method-assign]
+
+    def _load_first(self, reply_timeout: float | None) -> None:
+        # Bounded as the request itself is: an acquisition's wait holds against a silent Redis.
+        self.send("SCRIPT", "LOAD", _FIRST_LOADED.source, reply_timeout=reply_timeout)
+        # The class's own methods from now on (another thread may have dropped these first).
+        self.__dict__.pop("perform", None)
+        self.__dict__.pop("send_request", None)
 
     def _loading_first(self, request: Request) -> Any:
-        # Bounded as the request itself is: an acquisition's wait holds against a silent Redis.
-        timeout = getattr(request, "reply_timeout", None)
-        self.send("SCRIPT", "LOAD", _FIRST_LOADED.source, reply_timeout=timeout)
-        # The class's own perform from now on (another thread may have dropped this one first).
-        self.__dict__.pop("perform", None)
+        self._load_first(getattr(request, "reply_timeout", None))
         return self.perform(request)
+
+    def _loading_first_send(self, *args: Any, **options: Any) -> Any:
+        self._load_first(options.get("reply_timeout"))
+        return self.send_request(*args, **options)
 
     def send(
         self,
@@ -167,12 +175,20 @@ class AsyncServerBackend(Backend):
     def __init__(self, client: Any) -> None:
         super().__init__(client)
         self.perform = self._loading_first  # type: ignore[method-assign]
+        self.send_request = self._loading_first_send  # type: ignore[method-assign]
+
+    async def _load_first(self, reply_timeout: float | None) -> None:
+        await self.send("SCRIPT", "LOAD", _FIRST_LOADED.source, reply_timeout=reply_timeout)
+        self.__dict__.pop("perform", None)
+        self.__dict__.pop("send_request", None)
 
     async def _loading_first(self, request: Request) -> Any:
-        timeout = getattr(request, "reply_timeout", None)
-        await self.send("SCRIPT", "LOAD", _FIRST_LOADED.source, reply_timeout=timeout)
-        self.__dict__.pop("perform", None)
+        await self._load_first(getattr(request, "reply_timeout", None))
         return await self.perform(request)
+
+    async def _loading_first_send(self, *args: Any, **options: Any) -> Any:
+        await self._load_first(options.get("reply_timeout"))
+        return await self.send_request(*args, **options)
 
     async def send(
         self,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,6 +45,7 @@ from .replies import (
     until_it_matters,
 )
 from .requests import Block, Command, Eval, Flow, Pipeline, Sleep
+from .uncontended import learnt_late, reply_budget, take_free
 
 __all__ = [
     "BLOCK_CAP",
@@ -77,20 +77,10 @@ LIVENESS_SLACK = 1.0
 HANDOFF_MS = 3000
 # Below this, a wait is not worth a blocking call: BLPOP's timeout 0 would mean "for ever".
 MIN_BLOCK = 0.001
-# The least time an acquisition gives Redis to answer one request, however short its wait: a
-# busy server is not a dead one. (Shorter socket timeouts still apply.)
-REPLY_FLOOR = 1.0
 # Without a queue (quorum mode), a waiter looks again after a random delay in this range.
 RETRY_DELAY = (0.005, 0.03)
 # join.lua's modes.
 QUEUE, TAKE_OR_LEAVE, LEAVE = 1, 2, 3
-
-
-def _budget(remaining: float) -> float | None:
-    """How long one request may go unanswered: the wait left, but at least REPLY_FLOOR (None:
-    for ever, and the socket timeout decides). So acquire(wait=1) against a stalled Redis
-    gives up after about a second."""
-    return None if remaining == math.inf else max(remaining, REPLY_FLOOR)
 
 
 def acquire(plan: AcquirePlan) -> Flow:
@@ -104,10 +94,9 @@ def acquire(plan: AcquirePlan) -> Flow:
     first = "take" if plan.takeover and plan.first == "set" else plan.first  # SET takes none
     if first == "set":
         sent_at = clock()
-        value = f"{token}|{_epoch_ms()}|0|{plan.record}"
         reply = yield Command(
-            ("SET", keys.lease, value, "NX", "PX", plan.lease_ms),
-            reply_timeout=_budget(deadline - sent_at),
+            take_free(keys.lease, token, plan.record, plan.lease_ms),
+            reply_timeout=reply_budget(deadline - sent_at),
             give_back=give_back(keys, token),
         )
         if reply is not None:
@@ -128,11 +117,9 @@ def acquire(plan: AcquirePlan) -> Flow:
 
 
 def _learnt_late(plan: AcquirePlan, outcome: Any) -> bool:
-    """A grant we learnt of only after the lease it gave had ended by our own clock (this
-    process was paused, or the reply was that slow): the lock may be another's by now, and the
-    work must not start on it."""
-    return (
-        isinstance(outcome, Acquired) and plan.clock() >= outcome.sent_at + outcome.lease_ms / 1000
+    """A grant learnt of too late (``uncontended.learnt_late``)."""
+    return isinstance(outcome, Acquired) and learnt_late(
+        outcome.sent_at, outcome.lease_ms, plan.clock()
     )
 
 
@@ -149,10 +136,6 @@ def _flags(plan: AcquirePlan) -> str:
     """take.lua's and join.lua's flags for ``plan``: fencing, and which result answers it."""
     wanted = ("j" if plan.job else "d") if plan.want_result else ""
     return ("f" if plan.fencing else "") + wanted + ("x" if plan.only_takeover else "")
-
-
-def _epoch_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(slots=True)
@@ -174,7 +157,11 @@ def _poll(plan: AcquirePlan) -> Flow:
     while True:
         sent_at = clock()
         reply = yield Eval(
-            keys.TAKE, taking, args, reply_timeout=_budget(deadline - sent_at), give_back=silent
+            keys.TAKE,
+            taking,
+            args,
+            reply_timeout=reply_budget(deadline - sent_at),
+            give_back=silent,
         )
         if int(reply[0]) == 1:
             return Acquired(
@@ -238,7 +225,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             join_keys, args = keys.join_call(plan, mode, flags, int(liveness * 1000))
             join = Eval(
                 keys.JOIN, join_keys, args,
-                reply_timeout=_budget(remaining), give_back=give_back(keys, token),
+                reply_timeout=reply_budget(remaining), give_back=give_back(keys, token),
             )  # fmt: skip
             message = None
             try:

@@ -6,15 +6,15 @@ callers naming the same locks in any order never deadlock (``primitives/group.py
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .flows import REPLY_FLOOR, AcquirePlan
+from .flows import AcquirePlan
 from .release import release
 from .replies import Acquired
 from .requests import Eval, Flow
+from .uncontended import reply_budget
 
 __all__ = ["TakenInOrder", "take_in_order"]
 
@@ -46,7 +46,7 @@ def take_in_order(plans: Sequence[AcquirePlan]) -> Flow:
             _SCRIPT,
             tuple(plan.keys.lease for plan in plans),
             args,
-            reply_timeout=None if math.isinf(wait) else max(wait, REPLY_FLOOR),
+            reply_timeout=reply_budget(wait),
         )
     except GeneratorExit:
         raise  # closed by its owner: nothing more may be sent

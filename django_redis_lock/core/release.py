@@ -4,11 +4,11 @@ the first live waiter (``release.lua``) and wakes it; ``extend`` lengthens it.""
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 from .layout import KeyLayout
 from .lease import PENDING_JOB, LockKeys, is_reservation, job_of, reservation_token
 from .requests import Command, Eval, Failover, Flow, Pipeline
+from .uncontended import release_request, released, text
 
 __all__ = [
     "Unconfirmed",
@@ -46,11 +46,6 @@ class Unconfirmed(Exception):
         self.replicas = replicas
 
 
-def text(value: Any) -> str:
-    """A reply as ``str``."""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def give_back(keys: KeyLayout, token: str) -> Eval:
     """Sent after an acquisition request whose reply we gave up on (too slow, cancelled), on
     the same connection: the lease that request may have granted goes back instead of being
@@ -72,25 +67,14 @@ def release(
     the one we think is first). ``result``: kept ``result_ttl_ms`` for duplicates. Returns
     0 (released), -1 (not ours: nothing touched) or -2 (the key is not a lock)."""
     keep = (result, result_ttl_ms) if result is not None else ()
-    reply = yield Eval(
-        keys.RELEASE, keys.release_keys(expected), (token, expected, *keep),
-        reply_timeout=reply_timeout, cleanup=cleanup,
-    )  # fmt: skip
-    code = int(reply[0])
-    if code == 2:
-        # Handed to waiters we did not expect (a semaphore's release may hand several
-        # permits): wake them. Nothing depends on this push but how soon they know: if it is
-        # late or fails, each finds the lease its own when its block ends and it asks again,
-        # and join.lua answers with this message made again from the lease, the queue and
-        # the kept result (a waiter for the result is told the work is done).
-        commands: list[tuple[Any, ...]] = []
-        for head, message in zip(reply[1::2], reply[2::2], strict=True):
-            wake, message = keys.wake(text(head)), text(message)
-            ms = int(message.split("|", 2)[1])
-            commands += (("RPUSH", wake, message), ("PEXPIRE", wake, ms))
+    reply = yield release_request(
+        keys, token, expected, keep, reply_timeout=reply_timeout, cleanup=cleanup
+    )
+    code, wake = released(keys, reply)
+    if wake:
         with contextlib.suppress(Exception):
-            yield Pipeline(tuple(commands), cleanup=True)
-    return 0 if code > 0 else code
+            yield Pipeline(wake, cleanup=True)
+    return code
 
 
 def extend(

@@ -6,6 +6,7 @@ round trip."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -17,16 +18,17 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from ..backends import backend_of
+from ..backends.base import give_back_command
 from ..backends.clients import LockAlias
 from ..backends.wire import request_sent
 from ..conf import lock_settings
-from ..core import durations, flows
+from ..core import durations, flows, uncontended
 from ..core.labels import group_of
 from ..core.layout import KeyLayout
 from ..exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from . import errors, holds, reports
-from .claims import Claim, Pending, Resolved, Step, resolve
-from .holds import Hold, HoldWatch, current_owner, own_tokens, reentrant_holds
+from .claims import Claim, Pending, QuickTake, Resolved, Step, resolve
+from .holds import Hold, HoldWatch, current_owner, own_tokens, reentrant_holds, strays
 from .renewal import RenewedLease, renewer
 
 __all__ = ["Bookkeeping", "Layout"]
@@ -58,6 +60,7 @@ class Bookkeeping:
         job_id: str | None = None, guard: str | None = None, limit: int = 0,
     ) -> None:  # fmt: skip
         self._primitive = weakref.ref(primitive)
+        self._kind = type(primitive).__name__  # (named in the logs after it was collected too)
         self.name = name
         self.label = label
         self.timeout = timeout
@@ -81,6 +84,10 @@ class Bookkeeping:
         # When an acquisition through this object last had to wait: for a while after, the
         # next one joins the queue at once instead of first trying a bare SET that would fail.
         self._contended_at = -math.inf
+        # Whether its acquisitions may take the flat path when the lock is free (decided on
+        # first use: it depends on the settings, see quick_take).
+        self._flat: bool | None = None
+        self._lease_ms = 0
 
     @property
     def reported(self) -> Any:
@@ -203,10 +210,84 @@ class Bookkeeping:
         self._contended_at = time.monotonic()
         reports.contended(self.reported, plan.max_wait, holder)
 
+    # -- the flat path: a free lock (core/uncontended.py) --------------------------------------
+
+    def quick_take(self, wait: float | None) -> QuickTake | None:
+        """A plain acquisition prepared for the flat path: the bare ``SET`` that takes the lock
+        if it is free, sent by the caller, then :meth:`quick_taken`. None when the flows' path
+        must be taken from the start: a lock fenced, re-entrant, held for a job, on a quorum or
+        confirmed by replicas; a semaphore; held by this owner already (that path says why
+        not); seen contended lately (it joins the queue at once); or a release of this object
+        to finish, or a wait of this process to step out of the lock's line first."""
+        flat = self._flat
+        if flat is None:
+            flat = self._flat = self._may_go_flat()
+        if not flat or self.release_failed:
+            return None
+        owner = current_owner()
+        started = time.monotonic()
+        resolved = self.resolve()
+        keys = resolved.keys
+        if (
+            started - self._contended_at < _CONTENDED_MEMORY
+            or self.hold_of(owner) is not None
+            or strays.waiting(keys.lease)
+        ):
+            return None
+        if wait is not None:
+            wait = durations.seconds(wait, "wait", wait=True, allow_inf=True)
+        max_wait = resolved.wait if wait is None else wait
+        token = holds.new_token()
+        record = resolved.records.encoded(owner, resolved.lease)
+        return QuickTake(
+            owner, resolved.alias, token, started, max_wait, self._lease_ms,
+            uncontended.take_free(keys.lease, token, record, self._lease_ms),
+            uncontended.reply_budget(max_wait), functools.partial(give_back_command, keys, token),
+        )  # fmt: skip
+
+    def _may_go_flat(self) -> bool:
+        resolved = self.resolve()
+        self._lease_ms = durations.milliseconds(resolved.lease)
+        return not (
+            self.reentrant or self.fencing or self.limit or self.job_id is not None
+            or resolved.quorum or resolved.replicas
+        )  # fmt: skip
+
+    def quick_taken(self, quick: QuickTake, reply: Any) -> bool:
+        """Whether the flat try took the lock (held from now on, renewed, reported). False:
+        it was held, or the grant came too late to be of use: :meth:`after_quick`."""
+        if reply is None or uncontended.learnt_late(
+            quick.started, quick.lease_ms, time.monotonic()
+        ):
+            return False
+        resolved = self.resolve()
+        granted = flows.Acquired(0, quick.lease_ms, quick.started, "")
+        self._acquired(
+            quick.owner, quick.alias, resolved.keys, quick.token, quick.started, resolved.lease,
+            resolved.renew, granted,
+        )  # fmt: skip
+        return True
+
+    def after_quick(self, quick: QuickTake) -> Pending:
+        """The flows' path after a flat try that did not take the lock: from the queue on
+        (join.lua takes a free lock too, and finds a lease granted too late ours), with the
+        try's token and start, so that its wait counts from the try."""
+        return self.resolve().acquisition(
+            quick.owner, wait=quick.max_wait, want_result=False, fencing=False, limit=0,
+            job_id=None, started=quick.started, on_contended=self._contended, first="join",
+            token=quick.token,
+        )  # fmt: skip
+
+    # -- what an acquisition's outcome means ---------------------------------------------------
+
     def settled(self, pending: Pending, outcome: Any) -> Claim:
         """What an acquisition's outcome means for us."""
         if isinstance(outcome, flows.Acquired):
-            self._acquired(pending, outcome)
+            plan = pending.plan
+            self._acquired(
+                pending.owner, pending.alias, plan.keys, plan.token, plan.started,
+                pending.lease, pending.renew, outcome, plan.limit,
+            )  # fmt: skip
             return Claim(True)
         if isinstance(outcome, flows.Done):
             reports.done_elsewhere(self.reported, time.monotonic() - pending.plan.started)
@@ -224,39 +305,83 @@ class Bookkeeping:
         )
         return Claim(False, refusal=refusal)
 
-    def _acquired(self, pending: Pending, outcome: flows.Acquired) -> None:
-        owner, plan, lease = pending.owner, pending.plan, pending.lease
+    def _acquired(
+        self, owner: object, alias: LockAlias, keys: KeyLayout, token: str, started: float,
+        lease: float, renew: bool, outcome: flows.Acquired, limit: int = 0,
+    ) -> None:  # fmt: skip
+        """``owner`` holds it from now on, by ``outcome`` of an acquisition started at
+        ``started``: kept, renewed and reported."""
         now = time.monotonic()
         granted = outcome.lease_ms / 1000
         fence = outcome.fence if self.fencing else None
-        hold = Hold(plan.token, fence, now, lease, outcome.sent_at + granted, holds.pid)
+        hold = Hold(token, fence, now, lease, outcome.sent_at + granted, holds.pid)
         hold.next_token = outcome.next_token
-        if pending.renew or granted < lease:
-            # Renewed, or a lease handed over short (release.lua) that is lengthened once:
-            # weakly, so that a lease nobody can release any more is not renewed for ever.
-            watch = HoldWatch(hold, owner, self.report_lost)
-            hold.renewal = RenewedLease(
-                client=backend_of(pending.alias).client,
-                key=plan.keys.lease,
-                token=plan.token,
-                lease=lease,
-                on_lost=watch.lost,
-                name=f"{type(self.reported).__name__} {self.name!r}",
-                abandoned=watch.abandoned,
-                until=None if pending.renew else outcome.sent_at + lease,
-                script=plan.keys.EXTEND,
-                keys=plan.keys.extend_keys(),
+        if renew and granted >= lease:
+            # Its renewal is made only if it outlives the watchdog's next look: most holds
+            # end long before a third of their lease, and never cost more than this.
+            hold.young = True
+            due = outcome.sent_at + lease / 3
+            renewer.defer(hold, due, self._grown_up, hold, owner, alias, keys, lease)
+        elif renew or granted < lease:
+            # A lease handed over short (release.lua): lengthened at once (to the whole lease
+            # if renewed, else once, to end when it would have).
+            hold.renewal = self._renewal(
+                hold, owner, alias, keys, lease, None if renew else outcome.sent_at + lease
             )
             hold.renewal.confirmed(outcome.sent_at, granted)
             renewer.add(hold.renewal)
         with self._state:
             self._holds[owner] = hold
-        own_tokens.add(plan.token, owner)
+        own_tokens.add(token, owner)
         if self.reentrant:
-            reentrant_holds.set(owner, plan.keys.lease, hold, self)
+            reentrant_holds.set(owner, keys.lease, hold, self)
         if outcome.other_limit:
-            reports.limits_differ(self.reported, plan.limit, outcome.other_limit)
-        reports.acquired(self.reported, now - plan.started, hold.fence)
+            reports.limits_differ(self.reported, limit, outcome.other_limit)
+        reports.acquired(self.reported, now - started, hold.fence)
+
+    def _renewal(
+        self, hold: Hold, owner: object, alias: LockAlias, keys: KeyLayout, lease: float,
+        until: float | None,
+    ) -> RenewedLease:  # fmt: skip
+        """The watchdog's lease of ``hold``: it keeps the hold weakly, so that a lease nobody
+        can release any more is not renewed for ever (``until``: see ``RenewedLease``)."""
+        watch = HoldWatch(hold, owner, self.report_lost)
+        return RenewedLease(
+            client=backend_of(alias).client,
+            key=keys.lease,
+            token=hold.token,
+            lease=lease,
+            on_lost=watch.lost,
+            name=f"{self._kind} {self.name!r}",
+            abandoned=watch.abandoned,
+            until=until,
+            script=keys.EXTEND,
+            keys=keys.extend_keys(),
+        )
+
+    def _grown_up(
+        self, hold: Hold, owner: object, alias: LockAlias, keys: KeyLayout, lease: float
+    ) -> None:
+        """On the watchdog's thread: ``hold`` (deferred by ``_acquired``) outlived its look:
+        renewed from now on, unless it ended meanwhile. Under ``_state``, as its ending takes
+        the deferral back (``_stop_renewing``): exactly one of the two happens."""
+        with self._state:
+            if not renewer.take_back(hold):
+                return
+            if hold.count > 0 and hold.releasing_since is None and hold.lost_reason is None:
+                renewal = self._renewal(hold, owner, alias, keys, lease, None)
+                renewal.confirmed(hold.lease_ends_at - hold.lease, hold.lease)
+                hold.renewal = renewal
+                renewer.add(renewal)
+
+    def _stop_renewing(self, hold: Hold) -> None:
+        """``hold`` is no longer to be renewed (released, lost, let go)."""
+        if hold.young:
+            with self._state:
+                renewer.take_back(hold)
+                hold.young = False
+        if hold.renewal is not None:
+            renewer.remove(hold.renewal)
 
     # -- releasing and extending ---------------------------------------------------------------
 
@@ -267,20 +392,19 @@ class Bookkeeping:
         if hold.count > 1 and hold.releasing_since is None:
             with self._state:  # an inner level of a re-entrant lock: counted here only
                 hold.count -= 1
-            return Step(owner, alias, keys, hold, None)
+            return Step(owner, alias, keys, hold)
         # A try that failed (or was cancelled) may have got through before its reply was
         # lost: a retry must not call the lease lost (_released).
         if hold.releasing_since is None:
             hold.releasing_since = time.monotonic()
         earlier_ran = hold.release_may_have_run
         hold.release_may_have_run = True  # until this try says otherwise (a cancel cannot)
-        if hold.renewal is not None:
-            renewer.remove(hold.renewal)  # the work is done: renewing now could only mislead
-        keep: dict[str, Any] = {}
+        self._stop_renewing(hold)  # the work is done: renewing now could only mislead
+        keep: tuple[Any, ...] = ()
         if result is not None:
-            keep = {"result": result, "result_ttl_ms": durations.milliseconds(result_ttl)}
-        flow = flows.release(keys, hold.token, hold.next_token, **keep)
-        return Step(owner, alias, keys, hold, flow, earlier_ran)
+            keep = (result, durations.milliseconds(result_ttl))
+        request = uncontended.release_request(keys, hold.token, hold.next_token, keep)
+        return Step(owner, alias, keys, hold, earlier_ran=earlier_ran, request=request)
 
     def release_failure(self, step: Step, exc: BaseException) -> LockBackendError:
         self.release_failed = True
@@ -334,7 +458,7 @@ class Bookkeeping:
             lease = durations.seconds(seconds, "extend(seconds)")
         alias, keys = self.alias_and_keys()
         flow = flows.extend(keys, hold.token, durations.milliseconds(lease))
-        return Step(owner, alias, keys, hold, flow, lease=lease, started=time.monotonic())
+        return Step(owner, alias, keys, hold, flow=flow, lease=lease, started=time.monotonic())
 
     def extended(self, step: Step, extended: bool) -> None:
         hold = step.hold
@@ -355,8 +479,7 @@ class Bookkeeping:
 
     def _forget(self, owner: object, keys: KeyLayout, hold: Hold) -> None:
         own_tokens.discard(hold.token)
-        if hold.renewal is not None:
-            renewer.remove(hold.renewal)
+        self._stop_renewing(hold)
         with self._state:
             if self._holds.get(owner) is hold:
                 del self._holds[owner]
@@ -371,8 +494,7 @@ class Bookkeeping:
             if hold.lost_reason is not None:
                 return
             hold.lost_reason = reason
-        if hold.renewal is not None:
-            renewer.remove(hold.renewal)
+        self._stop_renewing(hold)
         reports.lost(self.reported, time.monotonic() - hold.acquired_at, reason)
 
     def lost_error(self, hold: Hold) -> LockLost:

@@ -5,7 +5,7 @@ make, and an acquisition, release or extension under way."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +17,13 @@ from ..conf import lock_settings
 from ..core import durations, flows
 from ..core.layout import KeyLayout
 from ..core.lease import takeover_prefixes
+from ..core.requests import Eval
 from ..exceptions import LockNotAcquired
 from . import holds, reports
 from .holds import Hold, OwnerRecords, strays
 from .keys import readable_tag
 
-__all__ = ["Claim", "Pending", "Resolved", "Step", "resolve"]
+__all__ = ["Claim", "Pending", "QuickTake", "Resolved", "Step", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,16 @@ class Resolved:
     def acquisition(
         self, owner: object, *, wait: float | None, want_result: bool, fencing: bool,
         limit: int, job_id: str | None, started: float, first: str,
-        on_contended: Callable[[flows.AcquirePlan, Any], None],
+        on_contended: Callable[[flows.AcquirePlan, Any], None], token: str | None = None,
     ) -> Pending:  # fmt: skip
         """One acquisition by ``owner`` under these settings, planned for the flows
-        (``wait``: this call's, None: the settings'; ``first``: how it starts)."""
+        (``wait``: this call's, None: the settings'; ``first``: how it starts; ``token``:
+        the one a flat try sent already, else a new one)."""
+        if token is None:
+            token = holds.new_token() if job_id is None else holds.job_token(job_id)
         plan = flows.AcquirePlan(
             keys=self.keys,
-            token=holds.new_token() if job_id is None else holds.job_token(job_id),
+            token=token,
             lease_ms=durations.milliseconds(self.lease),
             record=self.records.encoded(owner, self.lease),
             max_wait=self.wait if wait is None else wait,
@@ -138,14 +142,33 @@ class Pending:
 
 
 @dataclass(eq=False, slots=True)
+class QuickTake:
+    """A plain acquisition of a lock that may be free, prepared for the flat path
+    (``core/uncontended.py``): ``command`` is all it sends while the lock is free."""
+
+    owner: object
+    alias: LockAlias
+    token: str
+    started: float  # monotonic
+    max_wait: float
+    lease_ms: int
+    command: tuple[Any, ...]
+    reply_timeout: float | None
+    give_back: Callable[[], Sequence[Any]] | None  # sent if its reply never comes
+
+
+@dataclass(eq=False, slots=True)
 class Step:
-    """A release or an extension under way (``flow`` None: a re-entrant level, no I/O)."""
+    """A release or an extension under way: a release's one request (``request``, sent flat:
+    ``core/uncontended.py``) or an extension's ``flow``; neither for a re-entrant level, which
+    needs no I/O."""
 
     owner: object
     alias: LockAlias
     keys: KeyLayout
     hold: Hold
-    flow: flows.Flow | None
+    flow: flows.Flow | None = None
     earlier_ran: bool = False  # release: an earlier try of it may have run in Redis
     lease: float = 0.0  # extend: the new length
     started: float = 0.0
+    request: Eval | None = None

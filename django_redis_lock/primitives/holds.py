@@ -172,6 +172,9 @@ class Hold:
     # retry that finds the lease gone knows whether it was our own release that got through.
     releasing_since: float | None = None
     release_may_have_run: bool = False
+    # Renewed, and its renewal deferred to the watchdog's next look (``renewal`` None until
+    # then): see Bookkeeping._acquired.
+    young: bool = False
 
     def ends_at(self) -> float:
         """When the lease ends (monotonic), by the latest renewal or extension we know of."""
@@ -314,6 +317,11 @@ class Strays:
         counts it alive until ``until`` (monotonic)."""
         with self._lock:
             self._by_key.setdefault(plan.keys.lease, []).append((token, until))
+
+    def waiting(self, key: str) -> bool:
+        """Whether tokens of this process may be left in the line of the lock whose lease is
+        ``key`` (a dict lookup, none when there are none)."""
+        return bool(self._by_key) and key in self._by_key
 
     def take(self, key: str, now: float) -> tuple[tuple[str, float], ...]:
         """The tokens left in the line of the lock whose lease is ``key`` and still counted

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
-from ..backends import async_backend_of, backend_of
+from ..backends import async_backend_of, backend_of, drivers
 from ..backends.drivers import arun, run
 from ..core import durations, flows
 from ..exceptions import LockBackendError, LockNotOwned
@@ -22,6 +22,9 @@ from .claims import Claim, Pending
 from .holds import current_owner
 
 __all__ = ["Leased"]
+
+# What a flat acquisition that took the lock answers (a Claim is immutable: one for all).
+TAKEN = Claim(True)
 
 _Self = TypeVar("_Self", bound="Leased")
 
@@ -128,9 +131,22 @@ class Leased:
         duplicate-submission and run-once guards are built on it. For a lock held for a job
         (``job_id``), only a result that is the job's id counts: a run of the same job that
         finished (the task guards leave it)."""
-        if self._book.release_failed:
-            self._settle()
-        pending = self._book.prepare(wait, want_result)
+        book = self._book
+        quick = None if want_result else book.quick_take(wait)
+        if quick is not None:  # the lock may be free: one bare SET, flat
+            try:
+                reply = backend_of(quick.alias).send_request(
+                    *quick.command, reply_timeout=quick.reply_timeout, if_silent=quick.give_back
+                )
+            except RedisError as exc:
+                raise book.backend_error("acquire", exc, quick.started) from exc
+            if book.quick_taken(quick, reply):
+                return TAKEN
+            pending: Pending | Claim = book.after_quick(quick)
+        else:
+            if book.release_failed:
+                self._settle()
+            pending = book.prepare(wait, want_result)
         if isinstance(pending, Claim):
             return pending
         try:
@@ -149,10 +165,10 @@ class Leased:
         for ``result_ttl`` seconds for acquisitions made with ``claim(want_result=True)``.
         """
         step = self._book.release_step(result, result_ttl)
-        if step.flow is None:
+        if step.request is None:
             return
         try:
-            code = run(step.flow, backend_of(step.alias))
+            code = drivers.release(step.request, step.keys, backend_of(step.alias))
         except RedisError as exc:
             raise self._book.release_failure(step, exc) from exc
         except BaseException as exc:
@@ -199,9 +215,10 @@ class Leased:
 
     def _settle(self) -> None:
         step = self._book.unsettled()
-        if step is not None and step.flow is not None:
+        if step is not None and step.request is not None:
             try:
-                self._book.released(step, run(step.flow, backend_of(step.alias)))
+                backend = backend_of(step.alias)
+                self._book.released(step, drivers.release(step.request, step.keys, backend))
             except LockNotOwned:
                 pass  # a loss, reported as such
             except RedisError as exc:
@@ -215,9 +232,22 @@ class Leased:
 
     async def aclaim(self, wait: float | None = None, *, want_result: bool = False) -> Claim:
         """``claim()`` for asyncio."""
-        if self._book.release_failed:
-            await self._asettle()
-        pending = self._book.prepare(wait, want_result)
+        book = self._book
+        quick = None if want_result else book.quick_take(wait)
+        if quick is not None:
+            try:
+                reply = await async_backend_of(quick.alias).send_request(
+                    *quick.command, reply_timeout=quick.reply_timeout, if_silent=quick.give_back
+                )
+            except RedisError as exc:
+                raise book.backend_error("acquire", exc, quick.started) from exc
+            if book.quick_taken(quick, reply):
+                return TAKEN
+            pending: Pending | Claim = book.after_quick(quick)
+        else:
+            if book.release_failed:
+                await self._asettle()
+            pending = book.prepare(wait, want_result)
         if isinstance(pending, Claim):
             return pending
         backend = async_backend_of(pending.alias)
@@ -230,10 +260,10 @@ class Leased:
     async def arelease(self, *, result: bytes | None = None, result_ttl: float = 0) -> None:
         """``release()`` for asyncio."""
         step = self._book.release_step(result, result_ttl)
-        if step.flow is None:
+        if step.request is None:
             return
         try:
-            code = await arun(step.flow, async_backend_of(step.alias))
+            code = await drivers.arelease(step.request, step.keys, async_backend_of(step.alias))
         except RedisError as exc:
             raise self._book.release_failure(step, exc) from exc
         except BaseException as exc:  # a cancellation too
@@ -271,10 +301,11 @@ class Leased:
 
     async def _asettle(self) -> None:
         step = self._book.unsettled()
-        if step is not None and step.flow is not None:
+        if step is not None and step.request is not None:
             backend = async_backend_of(step.alias)
             try:
-                self._book.released(step, await arun(step.flow, backend))
+                code = await drivers.arelease(step.request, step.keys, backend)
+                self._book.released(step, code)
             except LockNotOwned:
                 pass
             except RedisError as exc:

@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..backends import backend_for
 from ..core.durations import readable
@@ -53,6 +54,8 @@ class _Renewer:
         # (no lock taken, no thread woken), so most holds end before the watchdog ever looks
         # at them, and it only ever looks at the leases held now.
         self.schedule = Schedule()
+        # The holds whose lease is made at the thread's next look (defer): id -> how.
+        self.young: dict[int, tuple[Callable[..., None], tuple[Any, ...]]] = {}
         self._thread: threading.Thread | None = None
         # When the thread will next look (None: it is busy, or waits for a first lease).
         self._wakes_at: float | None = None
@@ -60,10 +63,27 @@ class _Renewer:
 
     def add(self, lease: RenewedLease) -> None:
         self.schedule.add(lease)
+        self._look_by(lease.due)
+
+    def defer(self, hold: object, due: float, grow: Callable[..., None], *args: Any) -> None:
+        """A renewed hold taken just now, whose lease is made only if it outlives the thread's
+        next look (most holds are released long before a third of their lease): then, on the
+        thread, ``grow(*args)`` makes it and adds it (or, should it have ended meanwhile, does
+        nothing). ``due``: when its first renewal falls due. The holder takes it back with
+        :meth:`take_back`, under the same lock ``grow`` makes it under."""
+        self.young[id(hold)] = (grow, args)
+        self._look_by(due)
+
+    def take_back(self, hold: object) -> bool:
+        """Forget ``hold``'s deferred lease (see :meth:`defer`): False when there was none,
+        or the thread has made it already (then ``hold.renewal`` is it)."""
+        return self.young.pop(id(hold), None) is not None
+
+    def _look_by(self, due: float) -> None:
         # Waking the thread costs more than the whole acquire; only do it when this lease
         # falls due before the thread would look anyway (or there is no thread yet).
         wakes_at = self._wakes_at
-        if wakes_at is None or lease.due < wakes_at or self._thread is None:
+        if wakes_at is None or due < wakes_at or self._thread is None:
             with self._condition:
                 if self._thread is None or not self._thread.is_alive():
                     self._thread = threading.Thread(
@@ -78,11 +98,17 @@ class _Renewer:
     def __contains__(self, lease: RenewedLease) -> bool:
         return lease.active
 
+    def renewing(self, hold: Any) -> bool:
+        """Whether ``hold`` (``holds.Hold``) is kept alive here: its lease deferred to the
+        next look, or made and in the schedule."""
+        return id(hold) in self.young or (hold.renewal is not None and hold.renewal.active)
+
     def _run(self) -> None:
         schedule = self.schedule
         while True:
             with self._condition:
                 while True:
+                    self._grow_young()
                     now = self.clock()
                     added = schedule.added
                     found = schedule.look(now)
@@ -95,7 +121,7 @@ class _Renewer:
                         self._wakes_at = now + _IDLE_LOOK
                     elif self._wakes_at is not None and schedule.leases:
                         self._idle_looks = 0
-                    if schedule.added != added:
+                    if schedule.added != added or self.young:
                         # Added meanwhile, without telling us (add() saw an earlier _wakes_at
                         # than the one just set): look at it before sleeping.
                         continue
@@ -115,6 +141,16 @@ class _Renewer:
                     name="django-redis-lock-renewal-batch",
                     daemon=True,
                 ).start()
+
+    def _grow_young(self) -> None:
+        """Make the lease of every deferred hold still held (each ``grow`` pops its own entry,
+        under its holder's lock)."""
+        for key, (grow, args) in list(self.young.items()):
+            try:
+                grow(*args)
+            except Exception:  # the watchdog must never die
+                self.young.pop(key, None)
+                logger.exception("django-redis-lock: could not start renewing a lease")
 
     def _renew_batch(self, client_id: int, leases: list[RenewedLease]) -> None:
         client = leases[0].client
