@@ -77,6 +77,13 @@ SETTINGS: dict[str, Setting] = {
             "Renew default-length leases in the background while the lock is held.",
         ),
         Setting(
+            "DEAD_HOLDERS",
+            True,
+            validators.boolean,
+            "End at once the lease of a holder that died on this machine (same boot and PID "
+            "namespace), instead of waiting for it to run out.",
+        ),
+        Setting(
             "FAIL_OPEN",
             False,
             validators.boolean,
@@ -238,6 +245,10 @@ class LockSettings:
     @property
     def AUTO_RENEW(self) -> bool:
         return cast("bool", self.get("AUTO_RENEW"))
+
+    @property
+    def DEAD_HOLDERS(self) -> bool:
+        return cast("bool", self.get("DEAD_HOLDERS"))
 
     @property
     def FAIL_OPEN(self) -> bool:

@@ -35,7 +35,7 @@ from django_redis_lock.primitives import bookkeeping
 from django_redis_lock.primitives.keys import lock_keys
 from tests import workers
 from tests.conftest import django_redis_caches
-from tests.helpers import read_lease, wait_until
+from tests.helpers import keys_left, read_lease, wait_until
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -73,11 +73,11 @@ def test_acquire_release(redis_client):
     assert lock.locked()
     assert lock.owned()
     assert 9 < lock.ttl() <= 10
-    assert len(lock.token) == 16  # 96 random bits, URL-safe base64
+    assert len(lock.token) == 16  # the process id and 48 random bits, URL-safe base64
     lock.release()
     assert not lock.locked()
     assert lock.token is None
-    assert redis_client.keys("*") == []  # nothing left behind
+    assert keys_left(redis_client) == []  # nothing left behind
 
 
 def test_with_block_gives_the_lock(redis_client):
@@ -594,7 +594,7 @@ def test_r11_every_acquisition_has_its_own_random_token(redis_client):
     for _ in range(1000):
         with Lock("r11", timeout=10) as held:
             tokens.add(held.token)
-            # 96 random bits, URL-safe base64: no "|", the lease value's separator.
+            # the process id and 48 random bits, URL-safe base64: no "|", the lease value's separator.
             assert re.fullmatch(r"[A-Za-z0-9_-]{16}", held.token)
     assert len(tokens) == 1000
 

@@ -21,7 +21,7 @@ from django_redis_lock import (
     lock_many,
 )
 from django_redis_lock.primitives.keys import hash_tag, lock_keys
-from tests.helpers import lease_token, run_async, wait_until
+from tests.helpers import keys_left, lease_token, run_async, wait_until
 from tests.testapp.models import Account
 
 
@@ -46,7 +46,7 @@ def test_taken_in_canonical_order_and_released(redis_client):
             assert lease_token(redis_client, lease(lock.name)) == lock.token
         assert group.owned()
     assert not group.held
-    assert redis_client.keys("*") == []
+    assert keys_left(redis_client) == []
 
 
 def test_all_or_nothing(redis_client):
@@ -89,7 +89,7 @@ def test_waits_in_line_for_a_held_member_then_holds_all(redis_client):
     assert len(seen) == 4
     assert seen[:2] == seen[2:]
     assert None not in seen
-    assert redis_client.keys("*") == []
+    assert keys_left(redis_client) == []
 
 
 def test_one_deadline_for_all(redis_client):
@@ -205,7 +205,7 @@ def test_async_api(redis_client):
 
     group = run_async(main())
     assert not group.held
-    assert redis_client.keys("*") == []
+    assert keys_left(redis_client) == []
 
 
 @pytest.mark.parametrize("busy", [0, 1, 2])
@@ -288,7 +288,7 @@ def test_eight_threads_random_subsets_never_deadlock_nor_overlap(redis_url, redi
     assert overlaps == []
     assert refused == []
     assert len(entries) > 8
-    assert redis_client.keys("lock:*") == []  # idle: nothing left
+    assert keys_left(redis_client, "lock:*") == []  # idle: nothing left
 
 
 # -- rows ------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import threading
 from django_redis_lock import Semaphore
 from django_redis_lock.primitives.keys import permit_keys
 from tests import semaphore_workers
-from tests.helpers import start_queued, wait_until
+from tests.helpers import keys_left, start_queued, wait_until
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -32,7 +32,7 @@ def test_twelve_processes_never_more_than_three_inside(redis_url, redis_client):
     assert sum(over for _, over in results) == 0  # never a fourth holder, at any instant
     assert all(entries > 0 for entries, _ in results), results  # nobody starved
     assert int(redis_client.get("inside")) == 0
-    assert redis_client.keys("lock:*") == []  # idle: nothing left
+    assert keys_left(redis_client, "lock:*") == []  # idle: nothing left
 
 
 def test_killed_holders_permits_return_and_waiters_enter_in_queue_order(redis_url, redis_client):

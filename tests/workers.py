@@ -248,3 +248,15 @@ def scraped_metrics_view(redis_url: str, multiproc_dir: str, token: str) -> tupl
 
     response = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}")
     return response.status_code, response.content.decode()
+
+
+def hold_lock_until_killed(redis_url: str, name: str, ready: Any) -> None:
+    """Hold lock ``name`` with the default lease (30 s, renewed) until killed."""
+    setup_django(redis_url)
+    from django_redis_lock import Lock
+
+    lock = Lock(name)  # (kept in a name: a collected Lock is no longer renewed)
+    assert lock.acquire(wait=0)
+    ready.set()
+    time.sleep(3600)
+    lock.release()

@@ -201,9 +201,12 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
         """A join sent with its block has answered (the block goes on): when it queued us,
         say so now, not when the block ends, and tell how long the block may last."""
         nonlocal contended
-        if not contended and int(reply[0]) == 0:
-            contended = True
-            plan.on_contended(plan, reply[2] or None)
+        if int(reply[0]) == 0:
+            if not contended:
+                contended = True
+                plan.on_contended(plan, reply[2] or None)
+            if plan.on_holder is not None and reply[2]:
+                plan.on_holder(plan, reply[2])
         return until_it_matters(reply)
 
     try:
@@ -212,7 +215,11 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             remaining = deadline - sent_at
             mode = QUEUE if remaining > 0 else TAKE_OR_LEAVE
             flags = _flags(plan)
-            if mode != QUEUE or (not contended and plan.report_holder()):
+            if (
+                mode != QUEUE
+                or plan.on_holder is not None
+                or (not contended and plan.report_holder())
+            ):
                 flags += "o"
             # Wake at the latest when the wait ends, or when the holder's lease does (it may
             # have died without releasing): then the time must be kept exactly. And by the
@@ -268,6 +275,8 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             ahead = ahead_ms(reply)
             ahead_until = sent_at + ahead / 1000 + 0.001 if ahead > 0 else math.inf
             holder = holder or reply[2] or None
+            if not together and plan.on_holder is not None and reply[2]:
+                plan.on_holder(plan, reply[2])  # (together: queued_now told it already)
             if mode != QUEUE:
                 queued = False
                 return NotAcquired(holder, pttl)

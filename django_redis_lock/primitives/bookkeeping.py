@@ -17,7 +17,6 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..backends import backend_of
 from ..backends.base import give_back_command
 from ..backends.clients import LockAlias
 from ..backends.wire import request_sent
@@ -26,10 +25,9 @@ from ..core import durations, flows, uncontended
 from ..core.labels import group_of
 from ..core.layout import KeyLayout
 from ..exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
-from . import errors, holds, reports
+from . import errors, hold_renewal, holds, processes, reports
 from .claims import Claim, Pending, QuickTake, Resolved, Step, resolve
-from .holds import Hold, HoldWatch, current_owner, own_tokens, reentrant_holds, strays
-from .renewal import RenewedLease, renewer
+from .holds import Hold, current_owner, own_tokens, reentrant_holds, strays
 
 __all__ = ["Bookkeeping", "Layout"]
 
@@ -60,7 +58,8 @@ class Bookkeeping:
         job_id: str | None = None, guard: str | None = None, limit: int = 0,
     ) -> None:  # fmt: skip
         self._primitive = weakref.ref(primitive)
-        self._kind = type(primitive).__name__  # (named in the logs after it was collected too)
+        # How the logs name it (after it was collected too).
+        self._title = f"{type(primitive).__name__} {name!r}"
         self.name = name
         self.label = label
         self.timeout = timeout
@@ -210,6 +209,15 @@ class Bookkeeping:
         self._contended_at = time.monotonic()
         reports.contended(self.reported, plan.max_wait, holder)
 
+    def process_record(self) -> tuple[LockAlias, tuple[Any, ...]] | None:
+        """The command that writes this process's record (``processes.py``), when it is due
+        before this acquisition (its first on this alias, or minutes later), with where to
+        send it; the caller tells ``processes.recorded`` how it went."""
+        resolved = self.resolve()
+        if resolved.on_holder is None or not processes.recorded.due(resolved.alias):
+            return None
+        return resolved.alias, processes.record_args(resolved.alias)
+
     # -- the flat path: a free lock (core/uncontended.py) --------------------------------------
 
     def quick_take(self, wait: float | None) -> QuickTake | None:
@@ -316,20 +324,10 @@ class Bookkeeping:
         fence = outcome.fence if self.fencing else None
         hold = Hold(token, fence, now, lease, outcome.sent_at + granted, holds.pid)
         hold.next_token = outcome.next_token
-        if renew and granted >= lease:
-            # Its renewal is made only if it outlives the watchdog's next look: most holds
-            # end long before a third of their lease, and never cost more than this.
-            hold.young = True
-            due = outcome.sent_at + lease / 3
-            renewer.defer(hold, due, self._grown_up, hold, owner, alias, keys, lease)
-        elif renew or granted < lease:
-            # A lease handed over short (release.lua): lengthened at once (to the whole lease
-            # if renewed, else once, to end when it would have).
-            hold.renewal = self._renewal(
-                hold, owner, alias, keys, lease, None if renew else outcome.sent_at + lease
-            )
-            hold.renewal.confirmed(outcome.sent_at, granted)
-            renewer.add(hold.renewal)
+        hold_renewal.start(
+            hold, owner, alias, keys, lease=lease, renew=renew, sent_at=outcome.sent_at,
+            granted=granted, title=self._title, state=self._state, report_lost=self.report_lost,
+        )  # fmt: skip
         with self._state:
             self._holds[owner] = hold
         own_tokens.add(token, owner)
@@ -338,50 +336,6 @@ class Bookkeeping:
         if outcome.other_limit:
             reports.limits_differ(self.reported, limit, outcome.other_limit)
         reports.acquired(self.reported, now - started, hold.fence)
-
-    def _renewal(
-        self, hold: Hold, owner: object, alias: LockAlias, keys: KeyLayout, lease: float,
-        until: float | None,
-    ) -> RenewedLease:  # fmt: skip
-        """The watchdog's lease of ``hold``: it keeps the hold weakly, so that a lease nobody
-        can release any more is not renewed for ever (``until``: see ``RenewedLease``)."""
-        watch = HoldWatch(hold, owner, self.report_lost)
-        return RenewedLease(
-            client=backend_of(alias).client,
-            key=keys.lease,
-            token=hold.token,
-            lease=lease,
-            on_lost=watch.lost,
-            name=f"{self._kind} {self.name!r}",
-            abandoned=watch.abandoned,
-            until=until,
-            script=keys.EXTEND,
-            keys=keys.extend_keys(),
-        )
-
-    def _grown_up(
-        self, hold: Hold, owner: object, alias: LockAlias, keys: KeyLayout, lease: float
-    ) -> None:
-        """On the watchdog's thread: ``hold`` (deferred by ``_acquired``) outlived its look:
-        renewed from now on, unless it ended meanwhile. Under ``_state``, as its ending takes
-        the deferral back (``_stop_renewing``): exactly one of the two happens."""
-        with self._state:
-            if not renewer.take_back(hold):
-                return
-            if hold.count > 0 and hold.releasing_since is None and hold.lost_reason is None:
-                renewal = self._renewal(hold, owner, alias, keys, lease, None)
-                renewal.confirmed(hold.lease_ends_at - hold.lease, hold.lease)
-                hold.renewal = renewal
-                renewer.add(renewal)
-
-    def _stop_renewing(self, hold: Hold) -> None:
-        """``hold`` is no longer to be renewed (released, lost, let go)."""
-        if hold.young:
-            with self._state:
-                renewer.take_back(hold)
-                hold.young = False
-        if hold.renewal is not None:
-            renewer.remove(hold.renewal)
 
     # -- releasing and extending ---------------------------------------------------------------
 
@@ -399,7 +353,7 @@ class Bookkeeping:
             hold.releasing_since = time.monotonic()
         earlier_ran = hold.release_may_have_run
         hold.release_may_have_run = True  # until this try says otherwise (a cancel cannot)
-        self._stop_renewing(hold)  # the work is done: renewing now could only mislead
+        hold_renewal.stop(hold, self._state)  # the work is done: renewing now could only mislead
         keep: tuple[Any, ...] = ()
         if result is not None:
             keep = (result, durations.milliseconds(result_ttl))
@@ -479,7 +433,7 @@ class Bookkeeping:
 
     def _forget(self, owner: object, keys: KeyLayout, hold: Hold) -> None:
         own_tokens.discard(hold.token)
-        self._stop_renewing(hold)
+        hold_renewal.stop(hold, self._state)
         with self._state:
             if self._holds.get(owner) is hold:
                 del self._holds[owner]
@@ -494,7 +448,7 @@ class Bookkeeping:
             if hold.lost_reason is not None:
                 return
             hold.lost_reason = reason
-        self._stop_renewing(hold)
+        hold_renewal.stop(hold, self._state)
         reports.lost(self.reported, time.monotonic() - hold.acquired_at, reason)
 
     def lost_error(self, hold: Hold) -> LockLost:

@@ -4,6 +4,7 @@ make, and an acquisition, release or extension under way."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,8 +21,10 @@ from ..core.lease import takeover_prefixes
 from ..core.requests import Eval
 from ..exceptions import LockNotAcquired
 from . import holds, reports
+from .deaths import deaths
 from .holds import Hold, OwnerRecords, strays
 from .keys import readable_tag
+from .processes import here
 
 __all__ = ["Claim", "Pending", "QuickTake", "Resolved", "Step", "resolve"]
 
@@ -55,6 +58,8 @@ class Resolved:
     replicas: int  # that must confirm an acquisition (MIN_REPLICAS)
     replica_timeout_ms: int
     records: OwnerRecords  # its acquisitions' owner records
+    # Told each holder a join finds (the watch for dead holders, deaths.py), or None.
+    on_holder: Callable[[flows.AcquirePlan, Any], None] | None = None
 
     def acquisition(
         self, owner: object, *, wait: float | None, want_result: bool, fencing: bool,
@@ -82,6 +87,7 @@ class Resolved:
             takeover=() if job_id is None else takeover_prefixes(job_id),
             report_holder=reports.contention_observed,
             on_contended=on_contended,
+            on_holder=self.on_holder if not limit else None,  # (a lock's holder)
             retry_soon=Backend.retry_soon,
             unreachable=Backend.unreachable,
             replicas=self.replicas,
@@ -112,11 +118,17 @@ def resolve(
         label=label, guard=guard, group=group,
         name=None if readable_tag(name) else name,  # else the key says it
     )  # fmt: skip
+    watch = lock_settings.DEAD_HOLDERS and not quorum and here() is not None
     return Resolved(
         alias, layout(alias, quorum), lease, renew,
         wait if wait is not None else lock_settings.WAIT, quorum, _replicas(quorum),
         max(1, int(lock_settings.REPLICA_TIMEOUT * 1000)), records,
+        functools.partial(_seen, alias) if watch else None,
     )  # fmt: skip
+
+
+def _seen(alias: LockAlias, plan: flows.AcquirePlan, holder: Any) -> None:
+    deaths.seen(alias, plan.keys, holder)
 
 
 def _replicas(quorum: bool) -> int:

@@ -38,6 +38,7 @@ __all__ = [
     "owner_record",
     "pid",
     "process_alive",
+    "process_id",
     "reentrant_holds",
     "strays",
 ]
@@ -55,18 +56,29 @@ _random = bytearray()
 _random_lock = threading.Lock()
 
 
+def _process_id() -> str:
+    """This process's id, which its tokens start with (``core/processes.py``): 48 random bits,
+    8 URL-safe characters, never a leading ``-`` (a command line would take a token for an
+    option: ``redis_locks release-permit NAME -x...``)."""
+    made = base64.urlsafe_b64encode(secrets.token_bytes(6)).decode()
+    return made if made[0] != "-" else "_" + made[1:]
+
+
+#: This process's id (new in a forked child), the first PROCESS_ID_LENGTH characters of its
+#: tokens: a waiter finds this process's record by it (``processes.py``).
+process_id = _process_id()
+
+
 def new_token() -> str:
-    """A new owner token: 96 random bits (``secrets``' source), 16 URL-safe characters, never
-    a leading ``-`` (a command line would take the token for an option: ``redis_locks
-    release-permit NAME -x...``)."""
+    """A new owner token: this process's id, then 48 random bits of its own (``secrets``'
+    source), 16 URL-safe characters in all."""
     global _random
     with _random_lock:
-        if len(_random) < 12:
+        if len(_random) < 6:
             _random = bytearray(secrets.token_bytes(3072))
-        chunk = bytes(_random[-12:])
-        del _random[-12:]
-    token = base64.urlsafe_b64encode(chunk).decode()
-    return token if token[0] != "-" else "_" + token[1:]
+        chunk = bytes(_random[-6:])
+        del _random[-6:]
+    return process_id + base64.urlsafe_b64encode(chunk).decode()
 
 
 def process_alive(pid: int | None) -> bool:
@@ -346,8 +358,9 @@ strays = Strays()
 
 
 def _after_fork_in_child() -> None:
-    global pid
+    global pid, process_id
     pid = os.getpid()
+    process_id = _process_id()
     # The parent's holds: re-entering one would join the parent's hold.
     reentrant_holds.clear()
     own_tokens.clear()

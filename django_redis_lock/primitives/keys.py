@@ -11,11 +11,13 @@ A semaphore's keys are the same tag's, after ``:s`` (``core/permits.py``).
 Only the lease exists while a lock is held uncontended; the queue keys exist while someone waits,
 and nothing is left once the lock is free.
     <ns>{!replay-budget}:<ms>  bytes of those results kept per client, per window (replays.py)
+    <ns>{!process}:<id>        a process's record: where it runs, for dead holders (processes.py)
 
 where ``<ns>`` is ``<cache KEY_PREFIX>:<DJANGO_REDIS_LOCK_KEY_PREFIX>:`` (no cache prefix: just
 ``<DJANGO_REDIS_LOCK_KEY_PREFIX>:``).
 
-(``!`` is in no readable name and no hashed tag, so the budget's tag is never a lock's.)
+(``!`` is in no readable name and no hashed tag, so these tags are never a lock's; and they do not
+end with ``}``, so the census never takes them for leases.)
 
 All keys of one lock share the ``{<tag>}`` hash tag, so they live in one Redis Cluster slot and
 one Lua script may touch them all. The tag is the name itself when the name is short and made
@@ -52,6 +54,7 @@ __all__ = [
     "name_in_key",
     "namespace",
     "permit_keys",
+    "process_key",
     "readable_tag",
     "replay_budget_key",
 ]
@@ -116,6 +119,11 @@ def permit_keys(name: str, alias: str | tuple[str, ...]) -> PermitKeys:
     """The keys of semaphore ``name`` (``core/permits.py``): beside a lock of the same name's,
     never the same."""
     return PermitKeys.of(_base(name, alias))
+
+
+def process_key(alias: str | tuple[str, ...], process_id: str) -> str:
+    """The record of the process ``process_id`` (``core/processes.py``)."""
+    return f"{namespace(alias)}{{!process}}:{process_id}"
 
 
 def replay_budget_key(alias: str | tuple[str, ...], window_ms: int) -> str:

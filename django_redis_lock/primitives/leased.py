@@ -13,10 +13,12 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisError
 
 from ..backends import async_backend_of, backend_of, drivers
+from ..backends.clients import LockAlias
 from ..backends.drivers import arun, run
 from ..core import durations, flows
 from ..exceptions import LockBackendError, LockNotOwned
 from ..validators import checked_quorum
+from . import processes
 from .bookkeeping import Bookkeeping, Layout
 from .claims import Claim, Pending
 from .holds import current_owner
@@ -132,6 +134,9 @@ class Leased:
         (``job_id``), only a result that is the job's id counts: a run of the same job that
         finished (the task guards leave it)."""
         book = self._book
+        record = book.process_record()
+        if record is not None:
+            self._write_record(*record)
         quick = None if want_result else book.quick_take(wait)
         if quick is not None:  # the lock may be free: one bare SET, flat
             try:
@@ -154,6 +159,15 @@ class Leased:
         except (RedisError, flows.Unconfirmed) as exc:
             raise self._book.backend_error("acquire", exc, pending.plan.started) from exc
         return self._book.settled(pending, outcome)
+
+    @staticmethod
+    def _write_record(alias: LockAlias, command: tuple[Any, ...]) -> None:
+        reply: Any
+        try:
+            reply = backend_of(alias).send_request(*command)
+        except RedisError as exc:
+            reply = exc
+        processes.recorded.done(alias, reply)
 
     def release(self, *, result: bytes | None = None, result_ttl: float = 0) -> None:
         """Release our acquisition (one level of it, for re-entrant locks).
@@ -233,6 +247,9 @@ class Leased:
     async def aclaim(self, wait: float | None = None, *, want_result: bool = False) -> Claim:
         """``claim()`` for asyncio."""
         book = self._book
+        record = book.process_record()
+        if record is not None:
+            await self._awrite_record(*record)
         quick = None if want_result else book.quick_take(wait)
         if quick is not None:
             try:
@@ -256,6 +273,15 @@ class Leased:
         except (RedisError, flows.Unconfirmed) as exc:
             raise self._book.backend_error("acquire", exc, pending.plan.started) from exc
         return self._book.settled(pending, outcome)
+
+    @staticmethod
+    async def _awrite_record(alias: LockAlias, command: tuple[Any, ...]) -> None:
+        reply: Any
+        try:
+            reply = await async_backend_of(alias).send_request(*command)
+        except RedisError as exc:
+            reply = exc
+        processes.recorded.done(alias, reply)
 
     async def arelease(self, *, result: bytes | None = None, result_ttl: float = 0) -> None:
         """``release()`` for asyncio."""

@@ -1,0 +1,206 @@
+"""The watch for dead holders: one daemon thread per process that ends the lease of a holder
+known to be dead (``core/processes.py``), so that the waiters behind it take their turns in
+milliseconds instead of when its lease runs out.
+
+Each time a waiter of this process finds its lock held (each join), it tells :data:`deaths`
+the holder's lease value (``seen``: a dict lookup when that holder is known already). The thread
+reads the holder's process record once, and when the holder runs in the same place as this
+process (same boot, same PID namespace) it looks the pid up: dead already, its lease is ended at
+once; alive, it keeps a pidfd of it (Linux 5.3+), which the kernel makes readable the moment the
+process exits, and ends its leases then. Without pidfds, each later sighting looks again.
+
+Ending a lease is ``release.lua`` with the dead holder's token (``flows.release``): the lease
+goes to the first live waiter in line (who is woken), or is deleted; only if it is still that
+holder's. A Gunicorn or Celery worker killed by the OOM killer, a SIGKILL, a segfault: its
+locks pass on within a round trip. Nothing here ever ends a lease of a live process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import selectors
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from ..backends import backend_of
+from ..backends.clients import LockAlias
+from ..backends.drivers import run
+from ..core import flows
+from ..core.layout import KeyLayout
+from ..core.lease import holder_token
+from ..core.processes import ProcessRecord, dead, process_of
+from . import processes
+from .keys import process_key
+
+__all__ = ["deaths"]
+
+logger = logging.getLogger("django_redis_lock")
+
+# A holder not seen by any waiter for this long is no longer watched.
+FORGET_AFTER = 60.0
+# How often the thread looks at its watches when nothing happens (to forget the old ones).
+IDLE = 5.0
+# A holder whose record was not there (not written yet) is looked up again after this long.
+RECORD_AGAIN = 5.0
+
+
+@dataclass(eq=False)
+class _Process:
+    """A holder's process, as far as this one knows it: its record (None: none to be had),
+    whether it is dead, and a pidfd while it is alive."""
+
+    record: ProcessRecord | None
+    dead: bool = False
+    pidfd: int | None = None
+    # The leases it was seen holding: token -> (alias, keys), and when last seen (monotonic).
+    leases: dict[str, tuple[LockAlias, KeyLayout]] = field(default_factory=dict)
+    seen_at: float = 0.0
+    looked_at: float = 0.0  # when its record was last read (monotonic)
+
+
+class _Deaths:
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._new: list[tuple[LockAlias, KeyLayout, str, str]] = []
+        self._known: dict[str, float] = {}  # tokens seen lately -> when (monotonic)
+        self._thread: threading.Thread | None = None
+        self._wake_read, self._wake_write = -1, -1
+
+    def seen(self, alias: LockAlias, keys: KeyLayout, holder: Any) -> None:
+        """A waiter of this process found ``holder`` (a lease value) holding the lock of
+        ``keys`` on ``alias``. Cheap, and never blocks: the thread does the looking."""
+        if processes.here() is None:
+            return
+        token = holder_token(holder)
+        owner = process_of(token) if token is not None else None
+        if token is None or owner is None:
+            return
+        now = time.monotonic()
+        if now - self._known.get(token, -FORGET_AFTER) < 1.0:
+            return  # (told within the last second: each block's end need not tell again)
+        self._known[token] = now
+        with self._lock:
+            self._new.append((alias, keys, token, owner))
+            if self._thread is None or not self._thread.is_alive():
+                self._wake_read, self._wake_write = os.pipe()
+                os.set_blocking(self._wake_write, False)
+                self._thread = threading.Thread(
+                    target=self._run, name="django-redis-lock-deaths", daemon=True
+                )
+                self._thread.start()
+                return
+        with contextlib.suppress(OSError):  # (full: the thread has been told already)
+            os.write(self._wake_write, b"!")
+
+    # -- the thread ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self._wake_read, selectors.EVENT_READ, None)
+        watched: dict[str, _Process] = {}
+        while True:
+            try:
+                with self._lock:
+                    new, self._new = self._new, []
+                for alias, keys, token, owner in new:
+                    self._sighted(selector, watched, alias, keys, token, owner)
+                self._forget_old(selector, watched)
+                for key, _ in selector.select(IDLE):
+                    if key.data is None:
+                        os.read(self._wake_read, 4096)
+                    else:
+                        self._died(selector, key.data)
+            except Exception:  # the watch must never die
+                logger.exception("django-redis-lock: the watch for dead holders failed")
+                time.sleep(1.0)
+
+    def _sighted(
+        self, selector: selectors.BaseSelector, watched: dict[str, _Process], alias: LockAlias,
+        keys: KeyLayout, token: str, owner: str,
+    ) -> None:  # fmt: skip
+        now = time.monotonic()
+        process = watched.get(owner)
+        if process is None:
+            process = watched[owner] = _Process(self._record(alias, owner), looked_at=now)
+        elif process.record is None and now - process.looked_at > RECORD_AGAIN:
+            process.record, process.looked_at = self._record(alias, owner), now
+        process.seen_at = now
+        record = process.record
+        if record is None or record.place != processes.here():
+            return  # (nothing to know of it from here: its lease ends by itself)
+        process.leases[token] = (alias, keys)
+        if process.dead or dead(record, processes.here(), processes.started(record.pid)):
+            process.dead = True
+            self._died(selector, process)
+        elif process.pidfd is None:
+            self._watch(selector, process, record)
+
+    def _record(self, alias: LockAlias, owner: str) -> ProcessRecord | None:
+        try:
+            reply = backend_of(alias).send_request("GET", process_key(alias, owner))
+        except RedisError:
+            return None
+        return ProcessRecord.decode(reply)
+
+    def _watch(
+        self, selector: selectors.BaseSelector, process: _Process, record: ProcessRecord
+    ) -> None:
+        """A pidfd of the live holder, made readable by its exit: opened first, then the pid
+        checked to be the recorded process still (a pidfd names one process for good)."""
+        try:
+            pidfd = os.pidfd_open(record.pid)
+        except (AttributeError, OSError):  # no pidfds here (then each sighting looks again)
+            return
+        if processes.started(record.pid) != record.started:  # gone between the two
+            os.close(pidfd)
+            process.dead = True
+            self._died(selector, process)
+            return
+        process.pidfd = pidfd
+        selector.register(pidfd, selectors.EVENT_READ, process)
+
+    def _died(self, selector: selectors.BaseSelector, process: _Process) -> None:
+        """``process`` is dead: end each lease it was seen holding (only if still its own)."""
+        process.dead = True
+        if process.pidfd is not None:
+            selector.unregister(process.pidfd)
+            os.close(process.pidfd)
+            process.pidfd = None
+        leases, process.leases = process.leases, {}
+        for token, (alias, keys) in leases.items():
+            try:
+                code = run(flows.release(keys, token, "", cleanup=True), backend_of(alias))
+            except RedisError as exc:
+                logger.warning("Could not end a dead holder's lease on %s: %s", keys.lease, exc)
+                continue
+            if code == 0:
+                assert process.record is not None
+                logger.info(
+                    "Ended the lease of %s: its holder, pid %d on this machine, has died.",
+                    keys.lease, process.record.pid,
+                )  # fmt: skip
+
+    def _forget_old(self, selector: selectors.BaseSelector, watched: dict[str, _Process]) -> None:
+        now = time.monotonic()
+        for owner, process in list(watched.items()):
+            if now - process.seen_at > FORGET_AFTER:
+                if process.pidfd is not None:
+                    selector.unregister(process.pidfd)
+                    os.close(process.pidfd)
+                del watched[owner]
+        for token, at in list(self._known.items()):
+            if now - at > FORGET_AFTER:
+                self._known.pop(token, None)
+
+
+deaths = _Deaths()
