@@ -594,7 +594,7 @@ def test_r11_every_acquisition_has_its_own_random_token(redis_client):
     for _ in range(1000):
         with Lock("r11", timeout=10) as held:
             tokens.add(held.token)
-            # the process id and 48 random bits, URL-safe base64: no "|", the lease value's separator.
+            # the process id and 48 random bits, URL-safe base64: no "|" (the separator).
             assert re.fullmatch(r"[A-Za-z0-9_-]{16}", held.token)
     assert len(tokens) == 1000
 
