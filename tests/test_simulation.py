@@ -19,6 +19,7 @@ from django_redis_lock.backends import backend_of
 from django_redis_lock.core import flows
 from django_redis_lock.core.lease import OwnerRecord
 from django_redis_lock.primitives.keys import lock_keys
+from tests.helpers import wait_until
 from tests.simulation import (
     FAULTS_ON,
     WORKLOADS,
@@ -27,6 +28,7 @@ from tests.simulation import (
     SeededChoices,
     ServerWorld,
     SimulationFailed,
+    Stalled,
     combinations,
     run_schedule,
     simulated_scripts,
@@ -234,3 +236,39 @@ def test_a_take_whose_reply_never_came_gives_back_its_lease_unless_it_took_a_res
 
     assert first_request(fencing=True).give_back is not None
     assert first_request(want_result=True, job=True, takeover=("j1~queued|",)).give_back is None
+
+
+def test_a_failure_after_a_server_expired_a_key_by_its_own_clock_is_the_worlds(redis_url):
+    """A machine that stalls the simulation (paused, starved) lets a server expire a key by its
+    own clock, cutting a lease short that no client ended: what fails then is the world's
+    (``Stalled``, run again by ``make simulate``), never reported as the protocol's. Here the
+    expiries are told, and a deliberate bug makes the schedule fail."""
+
+    class Stalling(ServerWorld):
+        looks = 0
+
+        def expirations(self) -> int:
+            self.looks += 1  # (one more at each look: an expiry in between)
+            return self.looks
+
+    mutation = "extend ignores the token"
+    world = Stalling(redis_url, simulated_scripts(patch_for(mutation)))
+    try:
+        for seed in range(100):
+            try:  # (a SimulationFailed goes on up: it should have been called the world's)
+                run_schedule(world, MUTATIONS[mutation][3], SeededChoices(seed), FAULTS_ON)
+            except Stalled:
+                return
+    finally:
+        world.stop()
+    pytest.fail("no schedule failed")
+
+
+def test_the_worlds_expiry_count_counts_a_key_the_server_expired(redis_url, redis_client):
+    world = ServerWorld(redis_url)
+    try:
+        before = world.expirations()
+        redis_client.set("drl-sim:{sim}:gone", 1, px=1)
+        wait_until(lambda: world.expirations() > before, 10, "the server to expire the key")
+    finally:
+        world.stop()

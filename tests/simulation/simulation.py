@@ -40,7 +40,7 @@ from .clients import NOTHING, Client
 from .ledger import Ledger, Violation
 from .server import Observed, scaled, unscaled_pttl
 from .trace import Trace, describe
-from .world import World
+from .world import Stalled, World
 
 __all__ = ["FAULTS_ON", "NO_FAULTS", "START_US", "Faults", "Simulation", "SimulationFailed"]
 
@@ -116,6 +116,7 @@ class Simulation:
         """Run every client to its end; raises :class:`SimulationFailed`."""
         self.world.reset(self.now_us)
         self._ttl_ms = self.now_us // 1000
+        expired = self.world.expirations()
         try:
             self._observe()
             while not all(client.finished for client in self.clients):
@@ -126,6 +127,10 @@ class Simulation:
                 self.ledger.step = self.steps
                 self._step()
         except Violation as violation:
+            if self.world.expirations() > expired:
+                raise Stalled(
+                    f"{violation} (after a key expired by a server's own clock)"
+                ) from None
             raise SimulationFailed(violation, self.trace.text()) from None
         finally:
             for client in self.clients:

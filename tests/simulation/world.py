@@ -15,10 +15,24 @@ from embedded_redis import EmbeddedRedis
 
 from .server import CLOCK_PREFIX, Observed, SimulatedServer, simulated_scripts
 
-__all__ = ["TAG", "ServerWorld", "World"]
+__all__ = ["TAG", "ServerWorld", "Stalled", "World", "WorldFault"]
 
 # Every key of a schedule carries this hash tag: one Redis Cluster slot.
 TAG = "{sim}"
+
+
+class WorldFault(Exception):
+    """The world, not the protocol, broke a schedule (its servers did what no schedule asked
+    for): the schedule says nothing about the protocol, and ``make simulate`` runs it again on
+    a world set right."""
+
+
+class Stalled(WorldFault):
+    """A server expired a key by its own clock during a schedule that then failed: real time
+    ran on while the simulation stood still (the machine paused or starved it: SIGSTOP, a
+    swap storm) for long enough to eat into a lease. Expiries run ``SCALE`` times slower than
+    simulated time, and the simulation gives every key its simulated time left at each step;
+    a key that expires in between was cut short by the stall, not by any client."""
 
 
 class World:
@@ -39,6 +53,11 @@ class World:
 
     def home(self) -> SimulatedServer:
         return self.nodes[0]
+
+    def expirations(self) -> int:
+        """The keys the servers have expired by their own clocks so far (``INFO stats``):
+        none of a schedule's should be (see :class:`Stalled`)."""
+        return sum(int(node.client.info("stats")["expired_keys"]) for node in self.nodes)
 
     def watched(self) -> list[SimulatedServer]:
         """The nodes that may hold keys of the schedule now."""
