@@ -203,6 +203,13 @@ class Ledger:
             if value is not None and value.split("|", 1)[0] == token:
                 self.fail(f"{client} gave up its lock_many but still holds {lock!r}")
 
+    def taken_over(self, lock: str, token: str) -> None:
+        """The watch for dead holders ends the lease ``token`` holds of ``lock``: a dead
+        client's, whose hold counts for nothing from now on."""
+        for hold in self.locks[lock].holds:
+            if hold.token == token:
+                hold.ended = True
+
     def ended(self, hold: Hold) -> None:
         """The holder stopped believing (its release failed: the work is over)."""
         hold.ended = True

@@ -12,7 +12,8 @@ One step is one of:
   pushed it, as Redis serves a blocked ``BLPOP``), or nothing when its time is up;
 - time moves, when every client waits for it, to the first moment one wakes by itself; leases
   and other keys run out on the way (``server.py``);
-- a fault: a client crashes (it never runs again), pauses (time passes it by: a GC pause, a
+- a fault: a client crashes (it never runs again; a watch of its machine may then end its
+  lease, ``takeover.py``), pauses (time passes it by: a GC pause, a
   stopped VM, a renewal late), stalls between its release and the wake-up it must push (the
   window of one round trip), loses the wake-up that was popped for it (its connection died
   with the reply), or is stalled while time passes (a slow network); Redis restarts, with no
@@ -39,6 +40,7 @@ from .choices import Choices
 from .clients import NOTHING, Client
 from .ledger import Ledger, Violation
 from .server import Observed, scaled, unscaled_pttl
+from .takeover import watch
 from .trace import Trace, describe
 from .world import Stalled, World
 
@@ -300,6 +302,10 @@ class Simulation:
             client = self.choices.pick(alive)
             client.crash()
             self.trace.add(self.now_us, client.name, "CRASHES")
+            if self.world.backend.queues and self.choices.chance(50):
+                # A process of its machine saw it hold a lock: it ends that lease, later.
+                arrival = self.choices.pick((0, 5, 400, 2500))
+                self.add(f"w{len(self.clients) + 1}", watch(self.ledger, client), arrival)
         elif kind == "pause" and alive:
             client = self.choices.pick(alive)
             ms = self.choices.pick((50, 500, 1500, 3000, 6000))

@@ -26,7 +26,9 @@ from django_redis_lock.core.lease import (
 )
 from django_redis_lock.core.many import take_in_order
 from django_redis_lock.core.permits import PermitKeys
-from django_redis_lock.core.requests import Request, Sleep
+from django_redis_lock.core.release import give_back
+from django_redis_lock.core.requests import Command, Request, Sleep
+from django_redis_lock.core.uncontended import learnt_late, reply_budget, take_free
 
 from .choices import Choices
 from .clients import Client
@@ -83,8 +85,12 @@ def cast(sim: Simulation, workload: str, choices: Choices) -> None:
             facts = LockFacts(1, lock.lease, lock.queue, lock.waiters, lock.result)
         sim.ledger.lock(name, facts)
     roles = _task_roles(choices, sim.backend.queues) if workload == "task" else []
-    for _ in range(len(roles) or choices.number(2, 4)):
+    for index in range(len(roles) or choices.number(2, 4)):
         role = roles.pop(0) if roles else _role(workload, names, choices, sim.backend.queues)
+        if role.first == "set" and workload == "lock" and sim.backend.queues and index % 2:
+            # Every other plain client takes a free lock as Lock does (core/uncontended.py);
+            # by its place, not by a draw: the schedules' draws stay as they were.
+            role = replace(role, first="flat")
         arrival = choices.pick((0, 0, 5, 400, 2500))
         sim.add(f"c{len(sim.clients) + 1}", _start(sim, role), arrival)
 
@@ -162,7 +168,10 @@ def _acquire(sim: Simulation, client: Client, plan: AcquirePlan, lock: str, job:
     deadline_us = round((plan.started + plan.max_wait) * 1e6)
     client.deadline_us, client.paused_while_acquiring = deadline_us, False
     try:
-        outcome = yield from flows.acquire(plan)
+        if plan.first == "flat":
+            outcome = yield from _flat(plan)
+        else:
+            outcome = yield from flows.acquire(plan)
     except Exception as error:  # (the Lock raises LockBackendError)
         client.notes.append(f"acquire failed: {error!r}")
         outcome = None
@@ -176,6 +185,19 @@ def _acquire(sim: Simulation, client: Client, plan: AcquirePlan, lock: str, job:
         round(outcome.sent_at * 1e6) + outcome.lease_ms * 1000,
         fenced=plan.fencing, want_result=plan.want_result, job=job,
     ), outcome  # fmt: skip
+
+
+def _flat(plan: AcquirePlan) -> Any:
+    """As ``Lock.claim`` goes (``Bookkeeping.quick_take``): one bare ``SET``, and a lock that
+    was held (or granted too late to use) from the queue on, by the flows, with the same token
+    and start."""
+    reply = yield Command(
+        take_free(plan.keys.lease, plan.token, plan.record, plan.lease_ms),
+        reply_timeout=reply_budget(plan.max_wait), give_back=give_back(plan.keys, plan.token),
+    )  # fmt: skip
+    if reply is not None and not learnt_late(plan.started, plan.lease_ms, plan.clock()):
+        return Acquired(0, plan.lease_ms, plan.started, "")
+    return (yield from flows.acquire(replace(plan, first="join")))
 
 
 def _one_program(sim: Simulation, client: Client, role: Role) -> Program:
