@@ -6,7 +6,6 @@ round trip."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import threading
@@ -17,7 +16,6 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..backends.base import give_back_command
 from ..backends.clients import LockAlias
 from ..backends.wire import request_sent
 from ..conf import lock_settings
@@ -26,8 +24,8 @@ from ..core.labels import group_of
 from ..core.layout import KeyLayout
 from ..exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from . import errors, hold_renewal, holds, processes, reports
-from .claims import Claim, Pending, QuickTake, Resolved, Step, resolve
-from .holds import Hold, current_owner, own_tokens, reentrant_holds, strays
+from .claims import Claim, Pending, Resolved, Step, resolve
+from .holds import Hold, current_owner, own_tokens, reentrant_holds
 
 __all__ = ["Bookkeeping", "Layout"]
 
@@ -83,10 +81,6 @@ class Bookkeeping:
         # When an acquisition through this object last had to wait: for a while after, the
         # next one joins the queue at once instead of first trying a bare SET that would fail.
         self._contended_at = -math.inf
-        # Whether its acquisitions may take the flat path when the lock is free (decided on
-        # first use: it depends on the settings, see quick_take).
-        self._flat: bool | None = None
-        self._lease_ms = 0
 
     @property
     def reported(self) -> Any:
@@ -139,6 +133,7 @@ class Bookkeeping:
                 self.name, using=self.using, timeout=self.timeout,
                 auto_renew=self.auto_renew, wait=self.wait, label=self.label,
                 guard=self.guard, layout=self._keys, group=self.given_group,
+                plain=not (self.reentrant or self.fencing or self.limit or self.job_id),
             )  # fmt: skip
         return self._resolved
 
@@ -180,7 +175,7 @@ class Bookkeeping:
         started = time.monotonic()
         return resolved.acquisition(
             owner, wait=wait, want_result=want_result, fencing=self.fencing, limit=self.limit,
-            job_id=self.job_id, started=started, on_contended=self._contended,
+            job_id=self.job_id, started=started, on_contended=self.contended,
             first=self._first_try(started, want_result, resolved.replicas, resolved.quorum),
         )  # fmt: skip
 
@@ -199,15 +194,21 @@ class Bookkeeping:
 
     def _first_try(self, now: float, want_result: bool, replicas: int, quorum: bool) -> str:
         """How an acquisition starts (see ``flows.acquire``)."""
-        if replicas or (not quorum and now - self._contended_at < _CONTENDED_MEMORY):
+        if replicas or (not quorum and self.contended_lately(now)):
             return "join"
         if self.fencing or want_result or self.limit:
             return "take"  # (a semaphore's permit: always a script)
         return "set"
 
-    def _contended(self, plan: flows.AcquirePlan, holder: Any) -> None:
+    def contended(self, plan: flows.AcquirePlan, holder: Any) -> None:
+        """An acquisition through this object has to wait (``AcquirePlan.on_contended``)."""
         self._contended_at = time.monotonic()
         reports.contended(self.reported, plan.max_wait, holder)
+
+    def contended_lately(self, now: float) -> bool:
+        """Whether an acquisition through this object had to wait lately: the next one joins
+        the queue at once (one round trip saved per acquisition of a busy lock)."""
+        return now - self._contended_at < _CONTENDED_MEMORY
 
     def process_record(self) -> tuple[LockAlias, tuple[Any, ...]] | None:
         """The command that writes this process's record (``processes.py``), when it is due
@@ -218,81 +219,13 @@ class Bookkeeping:
             return None
         return resolved.alias, processes.record_args(resolved.alias)
 
-    # -- the flat path: a free lock (core/uncontended.py) --------------------------------------
-
-    def quick_take(self, wait: float | None) -> QuickTake | None:
-        """A plain acquisition prepared for the flat path: the bare ``SET`` that takes the lock
-        if it is free, sent by the caller, then :meth:`quick_taken`. None when the flows' path
-        must be taken from the start: a lock fenced, re-entrant, held for a job, on a quorum or
-        confirmed by replicas; a semaphore; held by this owner already (that path says why
-        not); seen contended lately (it joins the queue at once); or a release of this object
-        to finish, or a wait of this process to step out of the lock's line first."""
-        flat = self._flat
-        if flat is None:
-            flat = self._flat = self._may_go_flat()
-        if not flat or self.release_failed:
-            return None
-        owner = current_owner()
-        started = time.monotonic()
-        resolved = self.resolve()
-        keys = resolved.keys
-        if (
-            started - self._contended_at < _CONTENDED_MEMORY
-            or self.hold_of(owner) is not None
-            or strays.waiting(keys.lease)
-        ):
-            return None
-        if wait is not None:
-            wait = durations.seconds(wait, "wait", wait=True, allow_inf=True)
-        max_wait = resolved.wait if wait is None else wait
-        token = holds.new_token()
-        record = resolved.records.encoded(owner, resolved.lease)
-        return QuickTake(
-            owner, resolved.alias, token, started, max_wait, self._lease_ms,
-            uncontended.take_free(keys.lease, token, record, self._lease_ms),
-            uncontended.reply_budget(max_wait), functools.partial(give_back_command, keys, token),
-        )  # fmt: skip
-
-    def _may_go_flat(self) -> bool:
-        resolved = self.resolve()
-        self._lease_ms = durations.milliseconds(resolved.lease)
-        return not (
-            self.reentrant or self.fencing or self.limit or self.job_id is not None
-            or resolved.quorum or resolved.replicas
-        )  # fmt: skip
-
-    def quick_taken(self, quick: QuickTake, reply: Any) -> bool:
-        """Whether the flat try took the lock (held from now on, renewed, reported). False:
-        it was held, or the grant came too late to be of use: :meth:`after_quick`."""
-        if reply is None or uncontended.learnt_late(
-            quick.started, quick.lease_ms, time.monotonic()
-        ):
-            return False
-        resolved = self.resolve()
-        granted = flows.Acquired(0, quick.lease_ms, quick.started, "")
-        self._acquired(
-            quick.owner, quick.alias, resolved.keys, quick.token, quick.started, resolved.lease,
-            resolved.renew, granted,
-        )  # fmt: skip
-        return True
-
-    def after_quick(self, quick: QuickTake) -> Pending:
-        """The flows' path after a flat try that did not take the lock: from the queue on
-        (join.lua takes a free lock too, and finds a lease granted too late ours), with the
-        try's token and start, so that its wait counts from the try."""
-        return self.resolve().acquisition(
-            quick.owner, wait=quick.max_wait, want_result=False, fencing=False, limit=0,
-            job_id=None, started=quick.started, on_contended=self._contended, first="join",
-            token=quick.token,
-        )  # fmt: skip
-
     # -- what an acquisition's outcome means ---------------------------------------------------
 
     def settled(self, pending: Pending, outcome: Any) -> Claim:
         """What an acquisition's outcome means for us."""
         if isinstance(outcome, flows.Acquired):
             plan = pending.plan
-            self._acquired(
+            self.took(
                 pending.owner, pending.alias, plan.keys, plan.token, plan.started,
                 pending.lease, pending.renew, outcome, plan.limit,
             )  # fmt: skip
@@ -313,12 +246,13 @@ class Bookkeeping:
         )
         return Claim(False, refusal=refusal)
 
-    def _acquired(
+    def took(
         self, owner: object, alias: LockAlias, keys: KeyLayout, token: str, started: float,
         lease: float, renew: bool, outcome: flows.Acquired, limit: int = 0,
     ) -> None:  # fmt: skip
         """``owner`` holds it from now on, by ``outcome`` of an acquisition started at
-        ``started``: kept, renewed and reported."""
+        ``started``: kept, renewed and reported (after the flows, or the flat path's
+        ``quick.taken``)."""
         now = time.monotonic()
         granted = outcome.lease_ms / 1000
         fence = outcome.fence if self.fencing else None

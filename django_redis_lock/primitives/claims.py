@@ -58,6 +58,10 @@ class Resolved:
     replicas: int  # that must confirm an acquisition (MIN_REPLICAS)
     replica_timeout_ms: int
     records: OwnerRecords  # its acquisitions' owner records
+    # A plain lock (not fenced, re-entrant, held for a job; not a semaphore), neither on a
+    # quorum nor confirmed by replicas: a free one is taken by the flat path (quick.py).
+    flat: bool
+    lease_ms: int
     # Told each holder a join finds (the watch for dead holders, deaths.py), or None.
     on_holder: Callable[[flows.AcquirePlan, Any], None] | None = None
 
@@ -102,11 +106,12 @@ class Resolved:
 def resolve(
     name: str, *, using: Any, timeout: float | None, auto_renew: bool | None,
     wait: float | None, label: str | None, guard: str | None,
-    layout: Callable[[LockAlias, bool], Any], group: str | None = None,
+    layout: Callable[[LockAlias, bool], Any], group: str | None = None, plain: bool = False,
 ) -> Resolved:  # fmt: skip
     """What a primitive named ``name`` takes from the settings: its own options where given,
     else the settings' defaults (read now; the primitive keeps the result). ``layout(alias,
-    quorum)``: its keys."""
+    quorum)``: its keys; ``plain``: a lock with none of the options the flat path leaves to
+    the flows."""
     alias = using or lock_settings.CACHE_ALIAS
     if timeout is None:
         lease = lock_settings.TIMEOUT
@@ -119,10 +124,12 @@ def resolve(
         name=None if readable_tag(name) else name,  # else the key says it
     )  # fmt: skip
     watch = lock_settings.DEAD_HOLDERS and not quorum and here() is not None
+    replicas = _replicas(quorum)
     return Resolved(
         alias, layout(alias, quorum), lease, renew,
-        wait if wait is not None else lock_settings.WAIT, quorum, _replicas(quorum),
+        wait if wait is not None else lock_settings.WAIT, quorum, replicas,
         max(1, int(lock_settings.REPLICA_TIMEOUT * 1000)), records,
+        plain and not quorum and not replicas, durations.milliseconds(lease),
         functools.partial(_seen, alias) if watch else None,
     )  # fmt: skip
 

@@ -19,6 +19,7 @@ from ..core import durations, flows
 from ..exceptions import LockBackendError, LockNotOwned
 from ..validators import checked_quorum
 from . import processes
+from . import quick as quick_path
 from .bookkeeping import Bookkeeping, Layout
 from .claims import Claim, Pending
 from .holds import current_owner
@@ -137,7 +138,7 @@ class Leased:
         record = book.process_record()
         if record is not None:
             self._write_record(*record)
-        quick = None if want_result else book.quick_take(wait)
+        quick = None if want_result else quick_path.take(book, wait)
         if quick is not None:  # the lock may be free: one bare SET, flat
             try:
                 reply = backend_of(quick.alias).send_request(
@@ -145,9 +146,9 @@ class Leased:
                 )
             except RedisError as exc:
                 raise book.backend_error("acquire", exc, quick.started) from exc
-            if book.quick_taken(quick, reply):
+            if quick_path.taken(book, quick, reply):
                 return TAKEN
-            pending: Pending | Claim = book.after_quick(quick)
+            pending: Pending | Claim = quick_path.after(book, quick)
         else:
             if book.release_failed:
                 self._settle()
@@ -250,7 +251,7 @@ class Leased:
         record = book.process_record()
         if record is not None:
             await self._awrite_record(*record)
-        quick = None if want_result else book.quick_take(wait)
+        quick = None if want_result else quick_path.take(book, wait)
         if quick is not None:
             try:
                 reply = await async_backend_of(quick.alias).send_request(
@@ -258,9 +259,9 @@ class Leased:
                 )
             except RedisError as exc:
                 raise book.backend_error("acquire", exc, quick.started) from exc
-            if book.quick_taken(quick, reply):
+            if quick_path.taken(book, quick, reply):
                 return TAKEN
-            pending: Pending | Claim = book.after_quick(quick)
+            pending: Pending | Claim = quick_path.after(book, quick)
         else:
             if book.release_failed:
                 await self._asettle()
