@@ -4,12 +4,15 @@ cut short."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -68,13 +71,7 @@ def test_a_killed_holder_on_this_machine_passes_the_lock_on_at_once(redis_url, r
     """The holder has the default lease (30 s, renewed): the waiter, allowed 20 s, can only get
     the lock through the holder's death being seen."""
     keys = lock_keys("killed-holder", "default")
-    ready = SPAWN.Event()
-    holder = SPAWN.Process(
-        target=workers.hold_lock_until_killed, args=(redis_url, "killed-holder", ready)
-    )
-    holder.start()
-    try:
-        assert ready.wait(60)
+    with _holder(redis_url, "killed-holder") as holder:
         record = ProcessRecord.decode(
             redis_client.get(process_key("default", process_of(_token(redis_client, keys)) or ""))
         )
@@ -92,6 +89,17 @@ def test_a_killed_holder_on_this_machine_passes_the_lock_on_at_once(redis_url, r
         os.kill(holder.pid, signal.SIGKILL)
         wait_until(lambda: got, 25, "the waiter's acquisition")
         assert got == [True]
+
+
+@contextlib.contextmanager
+def _holder(redis_url: str, name: str) -> Iterator[Any]:
+    """A process of this machine that holds lock ``name`` with the default lease, renewed."""
+    ready = SPAWN.Event()
+    holder = SPAWN.Process(target=workers.hold_lock_until_killed, args=(redis_url, name, ready))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        yield holder
     finally:
         holder.kill()
         holder.join(10)
@@ -158,20 +166,12 @@ def test_a_waiter_without_the_watch_waits_for_the_lease(redis_url, redis_client,
     """``DJANGO_REDIS_LOCK_DEAD_HOLDERS = False``: the lease bounds recovery, as it did."""
     settings.DJANGO_REDIS_LOCK_DEAD_HOLDERS = False
     keys = lock_keys("unwatched", "default")
-    ready = SPAWN.Event()
-    holder = SPAWN.Process(
-        target=workers.hold_lock_until_killed, args=(redis_url, "unwatched", ready)
-    )
-    holder.start()
-    try:
-        assert ready.wait(60)
+    with _holder(redis_url, "unwatched") as holder:
         os.kill(holder.pid, signal.SIGKILL)
         holder.join(10)
         assert not Lock("unwatched").acquire(wait=1.5)
         assert redis_client.pttl(keys.lease) > 20_000
-    finally:
-        holder.kill()
-        redis_client.delete(keys.lease)
+    redis_client.delete(keys.lease)
 
 
 def _token(client, keys) -> str:
