@@ -205,6 +205,14 @@ def make_ours_default(url: str, name: str, lease: float, wait: float) -> Handle:
     return Handle(lock.acquire, lock.release, lock_keys(name, "default").lease)
 
 
+def make_ours_unfair(url: str, name: str, lease: float, wait: float) -> Handle:
+    from django_redis_lock import Lock
+    from django_redis_lock.primitives.keys import lock_keys
+
+    lock = Lock(name, wait=wait, fair=False)  # (the default lease, renewed)
+    return Handle(lock.acquire, lock.release, lock_keys(name, "default").lease)
+
+
 def make_ours_fixed(url: str, name: str, lease: float, wait: float) -> Handle:
     from django_redis_lock import Lock
     from django_redis_lock.primitives.keys import lock_keys
@@ -432,12 +440,14 @@ class Variant:
 OURS_DEFAULT = "ours: `Lock(name)` (default lease, auto-renew)"
 OURS_FIXED = "ours: `Lock(name, timeout=10)` (no renewal)"
 OURS_RENEWED = "ours: `Lock(name)` (default renewed lease)"
+OURS_UNFAIR = "ours: `Lock(name, fair=False)`"
 PG_ADVISORY = "PostgreSQL `pg_advisory_lock` (psycopg 3)"
 FIFO = "redis-fifo-lock `FifoLock` (asyncio, poll 30 s)"
 RAW = "raw floor: `SET NX PX` + CAD `EVALSHA` (poll 1 ms)"
 VARIANTS: tuple[Variant, ...] = (
     Variant("ours", OURS_DEFAULT, make_ours_default, "django_redis_lock"),
     Variant("ours_t10", OURS_FIXED, make_ours_fixed, "django_redis_lock"),
+    Variant("ours_unfair", OURS_UNFAIR, make_ours_unfair, "django_redis_lock"),
     Variant(
         "ours_renewed",
         OURS_RENEWED,
@@ -1761,6 +1771,12 @@ def _t_safety(results: Results, key: str) -> tuple[str, bool] | None:
     return detail, all(r.overlaps == 0 and r.lost_updates == 0 for _, r in measured)
 
 
+def _of(key: str, check: Callable[[Results, str], tuple[str, bool] | None]) -> Any:
+    """``check`` on variant ``key``'s row whichever of ours' columns asks (the same figure in
+    both, as the memory targets)."""
+    return lambda results, _column: check(results, key)
+
+
 # The rivals of another kind (issue 32): variant key, and the name the targets give it.
 RIVALS = (("pg_advisory", "PostgreSQL advisory lock"), ("redis_fifo_lock", "redis-fifo-lock"))
 
@@ -1840,6 +1856,35 @@ TARGETS = (
     # Issue 32: at least the rivals of another kind's throughput (its Jain goals: see above).
     *_ahead_of_rivals("contended", "contended"),
     *_ahead_of_rivals("crowd", "{crowd} contending processes"),
+    # fair=False (issue 32): barging for throughput, its starvation bounded.
+    Target(
+        "{crowd} processes, `fair=False`: acquisitions/s",
+        "≥ python-redis-lock's",
+        _of(
+            "ours_unfair",
+            _compared_check(
+                "per_second", "python_redis_lock", lambda o, r: o >= r, "{:,.0f}", "crowd"
+            ),
+        ),
+    ),
+    Target(
+        "{crowd} processes, `fair=False`: acquisitions/s",
+        "≥ raw floor's",
+        _of(
+            "ours_unfair",
+            _compared_check("per_second", "raw", lambda o, r: o >= r, "{:,.0f}", "crowd"),
+        ),
+    ),
+    Target(
+        "{crowd} processes, `fair=False`: wait p99",
+        "≤ python-redis-lock's",
+        _of(
+            "ours_unfair",
+            _compared_check(
+                "wait_p99_ms", "python_redis_lock", lambda o, r: o <= r, "{:.1f} ms", "crowd"
+            ),
+        ),
+    ),
     Target(
         "crash recovery: holder SIGKILLed, same host, default renewed lease (kill → acquired)",
         "≤ 50 ms",

@@ -140,7 +140,7 @@ def test_the_scripts_refuse_a_bad_duration_before_writing_anything(redis_client,
     with pytest.raises(redis.ResponseError, match="invalid duration"):
         EXTEND(client, [key], ["tok", lease_ms])
     with pytest.raises(redis.ResponseError, match="invalid duration"):
-        RELEASE(client, keys.release_keys(""), ["tok", "", b"result", lease_ms])
+        RELEASE(client, keys.release_keys(""), ["tok", "", "", b"result", lease_ms])
     assert redis_client.exists(key)  # still held: the release stopped before deleting
     assert keys_without_ttl(redis_client) == []
 

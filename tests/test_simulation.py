@@ -108,6 +108,7 @@ def test_a_seed_replays_the_same_schedule(server_world: Any) -> None:
         ("extend ignores the token", 0, 10_000),
         ("join forgets when it queued", 9_800, 10_000 - 9_800),
         ("semaphore miscounts", 0, 10_000),
+        ("unfair release never serves the starved", 0, 10_000),
     ],
 )
 def test_the_simulation_finds_a_deliberate_bug(

@@ -135,7 +135,8 @@ def _again(plan: AcquirePlan) -> Flow:
 def _flags(plan: AcquirePlan) -> str:
     """take.lua's and join.lua's flags for ``plan``: fencing, and which result answers it."""
     wanted = ("j" if plan.job else "d") if plan.want_result else ""
-    return ("f" if plan.fencing else "") + wanted + ("x" if plan.only_takeover else "")
+    unfair = "u" if plan.unfair else ""
+    return ("f" if plan.fencing else "") + wanted + ("x" if plan.only_takeover else "") + unfair
 
 
 @dataclass(slots=True)

@@ -26,6 +26,9 @@ class AcquirePlan:
     queues: bool = True  # the backend has a queue to wait in (not quorum mode)
     fencing: bool = False
     want_result: bool = False  # answer with the guarded work's result when it is there
+    # fair=False: the queue keeps when we first queued (a release serves us ahead of barging
+    # once we waited STARVATION_BOUND_MS), and a free lock may be taken ahead of us.
+    unfair: bool = False
     # The token is a job's (holds.job_token): a result answers only when it names the job.
     job: bool = False
     # Lease values (prefixes) taken over as if the lock were free: the job's reservation.

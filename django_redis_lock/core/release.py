@@ -60,16 +60,19 @@ def release(
     *,
     result: bytes | None = None,
     result_ttl_ms: int = 0,
+    unfair_ms: int = 0,
     reply_timeout: float | None = None,
     cleanup: bool = False,
 ) -> Flow:
     """Release the lease ``token`` holds, handing it to the first live waiter (``expected``:
-    the one we think is first). ``result``: kept ``result_ttl_ms`` for duplicates. Returns
+    the one we think is first). ``result``: kept ``result_ttl_ms`` for duplicates;
+    ``unfair_ms``: see ``uncontended.release_request``. Returns
     0 (released), -1 (not ours: nothing touched) or -2 (the key is not a lock)."""
     keep = (result, result_ttl_ms) if result is not None else ()
     reply = yield release_request(
-        keys, token, expected, keep, reply_timeout=reply_timeout, cleanup=cleanup
-    )
+        keys, token, expected, keep, unfair_ms=unfair_ms, reply_timeout=reply_timeout,
+        cleanup=cleanup,
+    )  # fmt: skip
     code, wake = released(keys, reply)
     if wake:
         with contextlib.suppress(Exception):

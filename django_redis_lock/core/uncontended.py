@@ -20,7 +20,9 @@ from .layout import KeyLayout
 from .requests import Eval
 
 __all__ = [
+    "FREE_WAKE_MS",
     "REPLY_FLOOR",
+    "STARVATION_BOUND_MS",
     "learnt_late",
     "lease_value",
     "release_request",
@@ -29,6 +31,12 @@ __all__ = [
     "take_free",
     "text",
 ]
+
+# fair=False: a waiter is served ahead of the releaser and newcomers once it has waited this
+# long (the bound on its starvation); until then a release leaves the lock free, and wakes it.
+STARVATION_BOUND_MS = 250
+# How long an empty wake-up (the lock left free, fair=False) waits on its list, ms.
+FREE_WAKE_MS = 1000
 
 # The least time an acquisition gives Redis to answer one request, however short its wait: a
 # busy server is not a dead one. (Shorter socket timeouts still apply.)
@@ -72,14 +80,18 @@ def release_request(
     expected: str,
     keep: tuple[Any, ...] = (),
     *,
+    unfair_ms: int = 0,
     reply_timeout: float | None = None,
     cleanup: bool = False,
 ) -> Eval:
     """The release of the lease ``token`` holds (``release.lua``): handed to the first live
     waiter (``expected``: the one we think is first), or deleted. ``keep``: the guarded work's
-    result and how long to keep it, ms, for duplicates."""
+    result and how long to keep it, ms, for duplicates. ``unfair_ms`` (a lock taken with
+    ``fair=False``: ``STARVATION_BOUND_MS``): the first waiter is only woken, to compete for the
+    free lock, until it has waited that long."""
+    args = (token, expected, str(unfair_ms) if unfair_ms else "", *keep)
     return Eval(
-        keys.RELEASE, keys.release_keys(expected), (token, expected, *keep),
+        keys.RELEASE, keys.release_keys(expected), args if keep or unfair_ms else args[:2],
         reply_timeout=reply_timeout, cleanup=cleanup,
     )  # fmt: skip
 
@@ -97,6 +109,7 @@ def released(keys: KeyLayout, reply: Any) -> tuple[int, tuple[tuple[Any, ...], .
     commands: list[tuple[Any, ...]] = []
     for head, message in zip(reply[1::2], reply[2::2], strict=True):
         wake, message = keys.wake(text(head)), text(message)
-        ms = int(message.split("|", 2)[1])
+        # (An empty message: the lock was left free for it to compete for, fair=False.)
+        ms = int(message.split("|", 2)[1]) if message else FREE_WAKE_MS
         commands += (("RPUSH", wake, message), ("PEXPIRE", wake, ms))
     return 0, tuple(commands)

@@ -53,7 +53,7 @@ class Bookkeeping:
         self, primitive: object, name: str, *, timeout: float | None, wait: float | None,
         auto_renew: bool | None, label: str | None, using: Any, group: str | None,
         layout: Layout, reentrant: bool = False, fencing: bool = False,
-        job_id: str | None = None, guard: str | None = None, limit: int = 0,
+        job_id: str | None = None, guard: str | None = None, limit: int = 0, fair: bool = True,
     ) -> None:  # fmt: skip
         self._primitive = weakref.ref(primitive)
         # How the logs name it (after it was collected too).
@@ -70,6 +70,7 @@ class Bookkeeping:
         self.job_id = job_id
         self.guard = guard
         self.limit = limit  # a semaphore's permits; 0: a lock
+        self.fair = fair
         self._layout = layout
         self._derived_group: str | None = None
         self._resolved: Resolved | None = None
@@ -175,7 +176,7 @@ class Bookkeeping:
         started = time.monotonic()
         return resolved.acquisition(
             owner, wait=wait, want_result=want_result, fencing=self.fencing, limit=self.limit,
-            job_id=self.job_id, started=started, on_contended=self.contended,
+            job_id=self.job_id, started=started, on_contended=self.contended, fair=self.fair,
             first=self._first_try(started, want_result, resolved.replicas, resolved.quorum),
         )  # fmt: skip
 
@@ -291,7 +292,10 @@ class Bookkeeping:
         keep: tuple[Any, ...] = ()
         if result is not None:
             keep = (result, durations.milliseconds(result_ttl))
-        request = uncontended.release_request(keys, hold.token, hold.next_token, keep)
+        request = uncontended.release_request(
+            keys, hold.token, hold.next_token, keep,
+            unfair_ms=0 if self.fair else uncontended.STARVATION_BOUND_MS,
+        )  # fmt: skip
         return Step(owner, alias, keys, hold, earlier_ran=earlier_ran, request=request)
 
     def release_failure(self, step: Step, exc: BaseException) -> LockBackendError:

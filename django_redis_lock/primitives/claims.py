@@ -69,6 +69,7 @@ class Resolved:
         self, owner: object, *, wait: float | None, want_result: bool, fencing: bool,
         limit: int, job_id: str | None, started: float, first: str,
         on_contended: Callable[[flows.AcquirePlan, Any], None], token: str | None = None,
+        fair: bool = True,
     ) -> Pending:  # fmt: skip
         """One acquisition by ``owner`` under these settings, planned for the flows
         (``wait``: this call's, None: the settings'; ``first``: how it starts; ``token``:
@@ -87,6 +88,7 @@ class Resolved:
             fencing=fencing,
             limit=limit,
             want_result=want_result,
+            unfair=not fair,
             job=job_id is not None,
             takeover=() if job_id is None else takeover_prefixes(job_id),
             report_holder=reports.contention_observed,

@@ -70,5 +70,5 @@ def after(book: Bookkeeping, quick: QuickTake) -> Pending:
     return book.resolve().acquisition(
         quick.owner, wait=quick.max_wait, want_result=False, fencing=False, limit=0,
         job_id=None, started=quick.started, on_contended=book.contended, first="join",
-        token=quick.token,
+        token=quick.token, fair=book.fair,
     )  # fmt: skip

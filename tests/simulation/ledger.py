@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_redis_lock.core.flows import BLOCK_CAP
+from django_redis_lock.core.uncontended import STARVATION_BOUND_MS
 
 __all__ = ["Hold", "Ledger", "Violation"]
 
@@ -70,6 +71,8 @@ class LockFacts:
     result_key: str | None
     max_fence: int = 0
     lapsed: bool = False  # a lease ran out under its holder: FIFO no longer applies
+    # Taken with fair=False by some client: FIFO does not apply, the starvation bound does.
+    unfair: bool = False
     holds: list[Hold] = field(default_factory=list)
 
 
@@ -104,7 +107,10 @@ class Ledger:
             ):
                 facts.lapsed = True
             if self.before is not None and not self.faults and not facts.lapsed:
-                self._check_order(facts)
+                if facts.unfair:
+                    self._check_starvation(facts)
+                else:
+                    self._check_order(facts)
 
     # -- what clients report -------------------------------------------------------------------
 
@@ -152,6 +158,28 @@ class Ledger:
                 if other not in new and entry and int(entry.split("|", 1)[0]) >= now_ms:
                     self.fail(f"{token} was granted {facts.lease_key!r} ahead of {other}, a "
                               "live waiter queued before it")  # fmt: skip
+
+    def _check_starvation(self, facts: LockFacts) -> None:
+        """fair=False: a lease that left its holder with this step (a release) went to the
+        first live waiter if that one had waited STARVATION_BOUND_MS since it first queued
+        (the '@' of its entry): a starved waiter is served next, never passed again."""
+        before, after = self.before.value(facts.lease_key), self.state.value(facts.lease_key)
+        if before is None or _holders(after) == _holders(before):
+            return
+        queue = self.before.value(facts.queue_key) or []
+        waiters = self.before.value(facts.waiters_key) or {}
+        now_ms = self.now_us // 1000
+        for token in queue:
+            entry = waiters.get(token)
+            if entry is None or int(entry.split("|", 1)[0]) < now_ms:
+                continue  # (dead: out of the line)
+            since = entry.split("|", 2)[1].partition("@")[2]
+            if (not since or now_ms - int(since) >= STARVATION_BOUND_MS) and (
+                token not in _holders(after)
+            ):
+                self.fail(f"{token} had waited past the bound for {facts.lease_key!r}, and "
+                          "the release did not hand it the lock")  # fmt: skip
+            return
 
     def renewed(self, hold: Hold, sent_us: int, lease_ms: int, extended: bool) -> None:
         if extended:

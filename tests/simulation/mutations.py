@@ -42,6 +42,13 @@ MUTATIONS: dict[str, tuple[str, str, str, str]] = {
         "joined = false",
         "lock",
     ),
+    # fair=False without its bound: a waiter is left to compete for a free lock for ever.
+    "unfair release never serves the starved": (
+        "release",
+        "if now - since >= bound then break end",
+        "",
+        "lock",
+    ),
     # A semaphore that counts one permit too many.
     "semaphore miscounts": (
         "permit_acquire",

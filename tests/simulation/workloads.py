@@ -28,7 +28,12 @@ from django_redis_lock.core.many import take_in_order
 from django_redis_lock.core.permits import PermitKeys
 from django_redis_lock.core.release import give_back
 from django_redis_lock.core.requests import Command, Request, Sleep
-from django_redis_lock.core.uncontended import learnt_late, reply_budget, take_free
+from django_redis_lock.core.uncontended import (
+    STARVATION_BOUND_MS,
+    learnt_late,
+    reply_budget,
+    take_free,
+)
 
 from .choices import Choices
 from .clients import Client
@@ -61,6 +66,7 @@ class Role:
     work_ms: int = 500
     rounds: int = 1
     job: str = ""  # a task guard's job id
+    fair: bool = True
 
 
 def lock_keys(name: str) -> LockKeys:
@@ -91,6 +97,9 @@ def cast(sim: Simulation, workload: str, choices: Choices) -> None:
             # Every other plain client takes a free lock as Lock does (core/uncontended.py);
             # by its place, not by a draw: the schedules' draws stay as they were.
             role = replace(role, first="flat")
+        if workload == "lock" and sim.backend.queues and index == 2:
+            role = replace(role, fair=False)  # (the third: Lock(fair=False), a release.lua's)
+            sim.ledger.locks[names[0]].unfair = True
         arrival = choices.pick((0, 0, 5, 400, 2500))
         sim.add(f"c{len(sim.clients) + 1}", _start(sim, role), arrival)
 
@@ -157,7 +166,7 @@ def _plan(sim: Simulation, client: Client, role: Role, keys: Any, token: str) ->
         keys=keys, token=token, lease_ms=role.lease_ms, record=record,
         max_wait=role.wait_ms / 1000, clock=sim.clock, queues=queues,
         first="take" if role.first == "join" and not queues else role.first,
-        fencing=role.fencing, want_result=role.want_result,
+        fencing=role.fencing, want_result=role.want_result, unfair=not role.fair,
         limit=PERMITS if role.kind == "semaphore" else 0, started=started,
         strays=client.strays.take(keys.lease, started), strayed=client.strays.left,
     )  # fmt: skip
@@ -211,7 +220,8 @@ def _one_program(sim: Simulation, client: Client, role: Role) -> Program:
             held = [(keys, hold, outcome)]
             if (yield from _work(sim, role, held)):
                 result = f"done-by-{plan.token}".encode() if role.want_result else None
-                yield from _release(sim, held, result)
+                unfair = 0 if role.fair else STARVATION_BOUND_MS
+                yield from _release(sim, held, result, unfair)
 
 
 def _many_program(sim: Simulation, client: Client, role: Role) -> Program:
@@ -280,8 +290,9 @@ def _work(sim: Simulation, role: Role, held: Sequence[tuple[Any, Hold, Acquired]
 
 
 def _release(
-    sim: Simulation, held: Sequence[tuple[Any, Hold, Acquired]], result: bytes | None
-) -> Any:
+    sim: Simulation, held: Sequence[tuple[Any, Hold, Acquired]], result: bytes | None,
+    unfair_ms: int = 0,
+) -> Any:  # fmt: skip
     """Release each, last first; whether every release got through."""
     released = True
     for keys, hold, outcome in reversed(held):
@@ -290,7 +301,9 @@ def _release(
         if result is not None:
             keep = {"result": result, "result_ttl_ms": RESULT_TTL_MS}
         try:
-            code = yield from flows.release(keys, hold.token, outcome.next_token, **keep)
+            code = yield from flows.release(
+                keys, hold.token, outcome.next_token, unfair_ms=unfair_ms, **keep
+            )
         except Exception:  # (the Lock raises LockBackendError; the lease runs out)
             sim.ledger.ended(hold)
             released = False

@@ -15,7 +15,9 @@
 -- ARGV[5]  flags: 'f' give a fencing token; 'd' answer with the result (KEYS[5]) if there is
 --          one; 'o' return the holder's lease value when not acquired; 'b' the caller blocks on
 --          its wake-up list right after this (same round trip): unless we queue it, push '' there
---          so that the wait ends at once; 'j' as 'd', but only a result naming our token's job
+--          so that the wait ends at once; 'j' as 'd', but only a result naming our token's job;
+--          'u' (fair=False) keep when we first queued in our entry ('@ms': a release hands the
+--          lease to a waiter that waited that long, release.lua)
 -- ARGV[6]  how long the queue may count us alive without hearing from us, ms
 -- ARGV[7...] optional: prefixes of lease values we take over as if the lock were free (our
 --          job's reservation, core/lease.py)
@@ -93,7 +95,12 @@ local ahead, joined = 0, false
 if mode == 1 then
   local now, micros = server_time()
   joined = string.format('%.0f', micros)
-  local entry = (now + liveness) .. '|' .. flags .. '|' .. ARGV[3]
+  local kept = flags
+  if string.find(flags, 'u', 1, true) then
+    local earlier = redis.call('HGET', KEYS[3], token)
+    kept = flags .. '@' .. ((earlier and string.match(earlier, '^%d+|[^|]*@(%d+)|')) or now)
+  end
+  local entry = (now + liveness) .. '|' .. kept .. '|' .. ARGV[3]
   -- Each key gets its expiry before the next command that could fail (a key of the wrong
   -- type), and one longer than any waiter's liveness: it outlives the live waiters, not the dead.
   local joining = redis.call('HSET', KEYS[3], token, entry) == 1

@@ -12,16 +12,22 @@
 -- KEYS[5]  the guarded work's result
 -- ARGV[1]  the holder's token
 -- ARGV[2]  the token of the waiter we expect to be first ('' when unknown)
--- ARGV[3]  optional: the guarded work's result, kept for duplicates (a waiter that asked for it
+-- ARGV[3]  optional: '' (fair), or for a lock taken with fair=False the starvation bound, ms:
+--          the first live waiter is handed the lease only once it has waited that long (since
+--          it first queued, the '@' of its entry, join.lua); before that, the lease is deleted
+--          and the waiter woken with an empty message, so that the releaser or a newcomer
+--          may take the lock first, and the waiter asks again
+-- ARGV[4]  optional: the guarded work's result, kept for duplicates (a waiter that asked for it
 --          with the 'd' flag is told the work is done; with 'j', only when it names its job)
--- ARGV[4]  with ARGV[3]: how long to keep it, ms
+-- ARGV[5]  with ARGV[4]: how long to keep it, ms
 --
 -- Returns {0} released, {-1} not ours (the lease ended or changed hands: nothing touched),
 -- {-2} the key is not a lock at all (nothing touched), {1, head} handed to the expected
--- waiter and woken, {2, head, message} handed to another waiter, whom the caller wakes by
--- pushing `message` on its wake-up list.
+-- waiter and woken, {2, head, message} handed to another waiter (or, fair=False, the lock left
+-- free for it: message ''), whom the caller wakes by pushing `message` on its wake-up list.
 local token, expected = ARGV[1], ARGV[2]
-if ARGV[3] then duration(ARGV[4]) end
+local bound = tonumber(ARGV[3]) or 0
+if ARGV[4] then duration(ARGV[5]) end
 local value = redis.pcall('GET', KEYS[1])
 if type(value) == 'table' and value.err then return {-2} end
 if not value then return {-1} end
@@ -29,9 +35,31 @@ if string.sub(value, 1, #token + 1) ~= token .. '|' then
   if not string.match(value, '^[^|]+|%d+|%d+|') then return {-2} end
   return {-1}
 end
-if ARGV[3] then
+if ARGV[4] then
   -- Written before the lock changes hands, so no duplicate can slip in between.
-  redis.call('SET', KEYS[5], ARGV[3], 'PX', ARGV[4])
+  redis.call('SET', KEYS[5], ARGV[4], 'PX', ARGV[5])
+end
+if bound > 0 then
+  -- fair=False: the first live waiter is woken to compete for a free lock, unless it has
+  -- starved for `bound` ms: then it is handed the lease below, as by a fair release.
+  local now = server_time()
+  local first = redis.call('LINDEX', KEYS[2], 0)
+  while first do
+    local entry = redis.call('HGET', KEYS[3], first)
+    local deadline = entry and tonumber(string.match(entry, '^(%d+)|'))
+    if deadline and deadline >= now then
+      local since = tonumber(string.match(entry, '^%d+|[^|]*@(%d+)|')) or 0
+      if now - since >= bound then break end
+      redis.call('DEL', KEYS[1])
+      if first ~= expected then return {2, first, ''} end
+      redis.call('RPUSH', KEYS[4], '')
+      redis.call('PEXPIRE', KEYS[4], 1000)
+      return {1, first}
+    end
+    redis.call('LPOP', KEYS[2])  -- counted dead: out of the line, as below
+    redis.call('HDEL', KEYS[3], first)
+    first = redis.call('LINDEX', KEYS[2], 0)
+  end
 end
 local head = redis.call('LPOP', KEYS[2])
 if head then

@@ -1,0 +1,115 @@
+"""``Lock(fair=False)``: a release leaves the lock free for whoever asks first and wakes the
+first waiter to compete for it, until that waiter has starved for STARVATION_BOUND_MS; then it
+is handed the lock. The scripts' steps forced one by one against a real server, then real
+threads."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from django_redis_lock import Lock
+from django_redis_lock.backends.scripts import JOIN, RELEASE
+from django_redis_lock.core import flows
+from django_redis_lock.core.lease import OwnerRecord
+from django_redis_lock.core.uncontended import STARVATION_BOUND_MS, release_request
+from django_redis_lock.primitives.keys import lock_keys
+from tests.helpers import keys_without_ttl, wait_until
+
+RECORD = OwnerRecord(10, 42, "host", "MainThread").encode()
+
+
+def _hold(client: Any, keys: Any, token: str) -> None:
+    assert client.set(keys.lease, f"{token}|0|0|{RECORD}", nx=True, px=10_000)
+
+
+def _queue(client: Any, keys: Any, token: str, flags: str = "u") -> Any:
+    return JOIN(
+        client,
+        (keys.lease, keys.queue, keys.waiters, keys.wake(token), keys.result),
+        (token, 10_000, RECORD, flows.QUEUE, flags, 3000),
+    )
+
+
+def _release(client: Any, keys: Any, token: str, expected: str, unfair_ms: int) -> Any:
+    request = release_request(keys, token, expected, unfair_ms=unfair_ms)
+    return RELEASE(client, request.keys, request.args)
+
+
+def test_an_unfair_release_leaves_the_lock_free_and_wakes_the_first_waiter(redis_client):
+    keys = lock_keys("unfair-free", "default")
+    _hold(redis_client, keys, "holder")
+    assert _queue(redis_client, keys, "waiter")[0] == 0
+    assert _release(redis_client, keys, "holder", "waiter", STARVATION_BOUND_MS) == [1, b"waiter"]
+    assert redis_client.get(keys.lease) is None  # free: the releaser or a newcomer may take it
+    assert redis_client.lrange(keys.wake("waiter"), 0, -1) == [b""]  # woken, with nothing
+    assert redis_client.lrange(keys.queue, 0, -1) == [b"waiter"]  # still first in line
+    assert keys_without_ttl(redis_client) == []
+    # A newcomer takes the free lock ahead of it...
+    _hold(redis_client, keys, "newcomer")
+    # ...and the waiter, asking again, keeps its place and when it first queued.
+    first = redis_client.hget(keys.waiters, "waiter")
+    assert _queue(redis_client, keys, "waiter")[0] == 0
+    again = redis_client.hget(keys.waiters, "waiter")
+    assert first.split(b"@")[1].split(b"|")[0] == again.split(b"@")[1].split(b"|")[0]
+    # Released by someone who did not expect it: the caller is told whom to wake.
+    assert _release(redis_client, keys, "newcomer", "", STARVATION_BOUND_MS) == [
+        2, b"waiter", b""
+    ]  # fmt: skip
+
+
+def test_a_waiter_that_starved_is_handed_the_lock(redis_client):
+    keys = lock_keys("unfair-starved", "default")
+    _hold(redis_client, keys, "holder")
+    assert _queue(redis_client, keys, "waiter")[0] == 0
+    # It queued 5 s ago, by the server's clock (the entry's '@'): past any bound.
+    entry = redis_client.hget(keys.waiters, "waiter").decode()
+    deadline, rest = entry.split("|", 1)
+    flags, record = rest.split("|", 1)
+    since = int(flags.split("@")[1]) - 5000
+    redis_client.hset(keys.waiters, "waiter", f"{deadline}|u@{since}|{record}")
+    reply = _release(redis_client, keys, "holder", "waiter", STARVATION_BOUND_MS)
+    assert reply == [1, b"waiter"]
+    assert redis_client.get(keys.lease).startswith(b"waiter|")  # handed, as a fair release does
+    assert redis_client.llen(keys.queue) == 0
+
+
+def test_a_waiter_that_did_not_ask_for_unfairness_is_always_handed_the_lock(redis_client):
+    """A waiter queued without the 'u' flag (a fair Lock's) keeps no '@': any unfair release
+    counts it starved, and hands it the lock."""
+    keys = lock_keys("unfair-mixed", "default")
+    _hold(redis_client, keys, "holder")
+    assert _queue(redis_client, keys, "waiter", flags="")[0] == 0
+    assert _release(redis_client, keys, "holder", "waiter", STARVATION_BOUND_MS) == [1, b"waiter"]
+    assert redis_client.get(keys.lease).startswith(b"waiter|")
+
+
+def test_threads_of_an_unfair_lock_never_overlap_and_every_waiter_gets_it(redis_client):
+    inside: list[int] = []
+    overlaps = 0
+    got = dict.fromkeys(range(4), 0)
+    stop = threading.Event()
+    guard = threading.Lock()
+
+    def worker(index: int) -> None:
+        nonlocal overlaps
+        lock = Lock("unfair-threads", fair=False, timeout=10, wait=10)
+        while not stop.is_set():
+            with lock:
+                with guard:
+                    inside.append(index)
+                    overlaps += len(inside) > 1
+                got[index] += 1
+                with guard:
+                    inside.remove(index)
+
+    keys = lock_keys("unfair-threads", "default")
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: min(got.values()) >= 5, 30, "every thread to get the lock 5 times")
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+    assert overlaps == 0
+    assert redis_client.get(keys.lease) is None
