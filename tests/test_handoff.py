@@ -53,7 +53,8 @@ def test_a_waiter_that_rejoins_before_its_wake_up_arrives_is_told_the_work_is_do
     assert _join(redis_client, keys, "waiter")[0] == 0  # queued
     # The release did not expect this waiter: it hands it the lease and leaves the wake-up to
     # its caller's next round trip, which has not happened yet.
-    reply = RELEASE(redis_client, keys.release_keys(""), ("holder", "", "", b"the response", 60_000))
+    arguments = ("holder", "", "", b"the response", 60_000)  # (fair; the result kept a minute)
+    reply = RELEASE(redis_client, keys.release_keys(""), arguments)
     assert reply[0] == 2
     assert reply[1] == b"waiter"
     assert reply[2].split(b"|")[2] == b"1"  # the message says: done
