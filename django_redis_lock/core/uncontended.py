@@ -103,7 +103,7 @@ def released(keys: KeyLayout, reply: Any) -> tuple[int, tuple[tuple[Any, ...], .
     next. Nothing depends on that push but how soon they know: if it is late or fails, each
     finds the lease its own when its block ends and it asks again, and join.lua answers with
     the same message made again from the lease, the queue and the kept result."""
-    code = int(reply[0])
+    code = int(reply) if isinstance(reply, int) else int(reply[0])
     if code != 2:
         return (0 if code > 0 else code), ()
     commands: list[tuple[Any, ...]] = []

@@ -21,19 +21,20 @@
 --          with the 'd' flag is told the work is done; with 'j', only when it names its job)
 -- ARGV[5]  with ARGV[4]: how long to keep it, ms
 --
--- Returns {0} released, {-1} not ours (the lease ended or changed hands: nothing touched),
--- {-2} the key is not a lock at all (nothing touched), {1, head} handed to the expected
+-- Returns 0 released, -1 not ours (the lease ended or changed hands: nothing touched),
+-- -2 the key is not a lock at all (nothing touched) (plain numbers: the commonest reply is the
+-- cheapest to make), {1, head} handed to the expected
 -- waiter and woken, {2, head, message} handed to another waiter (or, fair=False, the lock left
 -- free for it: message ''), whom the caller wakes by pushing `message` on its wake-up list.
 local token, expected = ARGV[1], ARGV[2]
 local bound = tonumber(ARGV[3]) or 0
 if ARGV[4] then duration(ARGV[5]) end
 local value = redis.pcall('GET', KEYS[1])
-if type(value) == 'table' and value.err then return {-2} end
-if not value then return {-1} end
+if type(value) == 'table' and value.err then return -2 end
+if not value then return -1 end
 if string.sub(value, 1, #token + 1) ~= token .. '|' then
-  if not string.match(value, '^[^|]+|%d+|%d+|') then return {-2} end
-  return {-1}
+  if not string.match(value, '^[^|]+|%d+|%d+|') then return -2 end
+  return -1
 end
 if ARGV[4] then
   -- Written before the lock changes hands, so no duplicate can slip in between.
@@ -97,4 +98,4 @@ if head then
   end
 end
 redis.call('DEL', KEYS[1])
-return {0}
+return 0

@@ -63,6 +63,14 @@ def _is_list(reply: Any) -> bool:
     return isinstance(reply, list)
 
 
+def _release_code(reply: Any) -> int:
+    """A release.lua reply's code (a number, or a list's first); -3 for anything else (an
+    error, no answer)."""
+    if isinstance(reply, int) and not isinstance(reply, bool):
+        return reply
+    return int(reply[0]) if _is_list(reply) else -3
+
+
 def _fence(reply: Any) -> int:
     """The fencing token in a grant of take.lua (none in a SET's)."""
     return int(reply[1]) if _is_list(reply) else 0
@@ -274,9 +282,9 @@ class QuorumClient:
         the key is not a lock (on a server that answered, where none released it)."""
         replies = self.servers.run(
             self._release_script, keys, argv, timeout=self.reply_timeout,
-            settled=self._decided_by(lambda reply: _is_list(reply) and int(reply[0]) >= 0),
+            settled=self._decided_by(lambda reply: _release_code(reply) >= 0),
         )  # fmt: skip
-        codes = [int(reply[0]) for reply in replies.values() if _is_list(reply)]
+        codes = [code for reply in replies.values() if (code := _release_code(reply)) > -3]
         released = sum(1 for code in codes if code >= 0)
         if released >= self.majority:
             return [0]
