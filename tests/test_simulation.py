@@ -23,6 +23,7 @@ from tests.helpers import wait_until
 from tests.simulation import (
     FAULTS_ON,
     WORKLOADS,
+    ClusterSplit,
     Faults,
     HypothesisChoices,
     SeededChoices,
@@ -271,5 +272,22 @@ def test_the_worlds_expiry_count_counts_a_key_the_server_expired(redis_url, redi
         before = world.expirations()
         redis_client.set("drl-sim:{sim}:gone", 1, px=1)
         wait_until(lambda: world.expirations() > before, 10, "the server to expire the key")
+    finally:
+        world.stop()
+
+
+def test_a_node_that_claims_the_slot_as_well_is_the_clusters_split(tmp_path):
+    """A second node acting as the slot's owner (Redis Cluster's gossip brought an older
+    claim back) is told by the probe after the step, as the world's fault (``ClusterSplit``),
+    before any outcome of the step is judged."""
+    world = simulated_topology("cluster", str(tmp_path), moves=False)
+    try:
+        world.reset(0)
+        world.observe(0, 0, [])  # one owner: no complaint
+        other = next(node for node in world.nodes if node is not world.home())
+        other_id = other.client.execute_command("CLUSTER", "MYID")
+        other.client.execute_command("CLUSTER", "SETSLOT", world.slot, "NODE", other_id)
+        with pytest.raises(ClusterSplit, match="says"):
+            world.observe(0, 0, [])
     finally:
         world.stop()
