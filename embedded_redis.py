@@ -404,6 +404,20 @@ class EmbeddedRedis:
 _MAX_CLUSTER_PORT = 65535 - 10000
 
 
+def _cluster_ports() -> tuple[int, int]:
+    """Where a cluster node's port is picked: below the kernel's ephemeral range, bus port
+    (+10000) included, where no client connection's local port can be in the way (a machine
+    busy with many connections left few pairs of free ports above it); the whole range where
+    that is too narrow, or unknown."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as file:
+            ephemeral = int(file.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 20000, _MAX_CLUSTER_PORT
+    highest = ephemeral - 10000 - 1
+    return (20000, highest) if highest - 20000 >= 1000 else (20000, _MAX_CLUSTER_PORT)
+
+
 def _bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
@@ -422,14 +436,15 @@ def start_cluster_node(
 ) -> EmbeddedRedis:
     """A cluster-mode server (``args``: its cluster options) on a port whose bus port is free
     too. ``start(port=..., args=...)`` starts it (default: a new :class:`EmbeddedRedis`)."""
-    for attempt in range(5):
-        port = random.randint(20000, _MAX_CLUSTER_PORT)
+    lowest, highest = _cluster_ports()
+    for attempt in range(20):
+        port = random.randint(lowest, highest)
         if not (_bindable("127.0.0.1", port) and _bindable("127.0.0.1", port + 10000)):
             continue
         try:
             return start(port=port, args=list(args))
         except RuntimeError:  # taken meanwhile
-            if attempt == 4:
+            if attempt == 19:
                 raise
     raise RuntimeError("no free pair of ports for a cluster node")
 
