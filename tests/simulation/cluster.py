@@ -12,7 +12,7 @@ import redis.cluster
 from redis.cluster import RedisCluster
 from redis.connection import Connection
 from redis.crc import key_slot
-from redis.exceptions import AskError, MovedError
+from redis.exceptions import AskError, MovedError, ResponseError
 
 from django_redis_lock.backends import ClusterBackend
 from django_redis_lock.backends.scripts import Script
@@ -88,16 +88,28 @@ class ClusterWorld(World):
             try:
                 self._probes[node].read_response()
                 says = self._address(node)
-            except MovedError as moved:
-                says = f"{moved.host}:{moved.port}"
-            except AskError:
-                says = home if node is self._home else "ASK from a node that is not the home"
+            except ResponseError as error:
+                says = self._redirected_to(error, node)
             if says != home:
                 claims.append(f"{self._name(node)} says {says}")
         if claims:
             raise ClusterSplit(f"the slot is {self._name(self._home)}'s ({home}), but "
                                + "; ".join(claims))  # fmt: skip
         return observed
+
+    def _redirected_to(self, error: ResponseError, node: SimulatedServer) -> str:
+        """Who ``node`` says has the slot, by the redirection it answered the probe with
+        (redis-py 8 raises ``MovedError`` and ``AskError``; older versions, on a plain
+        connection, a ``ResponseError`` saying ``MOVED <slot> <host:port>``)."""
+        if isinstance(error, MovedError):
+            return f"{error.host}:{error.port}"
+        words = str(error).split()
+        if isinstance(error, AskError) or words[:1] == ["ASK"]:
+            home = self._address(self._home)
+            return home if node is self._home else "ASK from a node that is not the home"
+        if words[:1] == ["MOVED"] and len(words) == 3:
+            return words[2]
+        raise error
 
     def _address(self, node: SimulatedServer) -> str:
         address = node.client.connection_pool.connection_kwargs
