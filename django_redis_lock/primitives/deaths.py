@@ -136,8 +136,8 @@ class _Deaths:
             process.record, process.looked_at = self._record(alias, owner), now
         process.seen_at = now
         record = process.record
-        if record is None or record.place != processes.here():
-            return  # (nothing to know of it from here: its lease ends by itself)
+        if record is None or record.place != processes.here() or record.pid == os.getpid():
+            return  # (nothing to know of it from here, or it is this very process)
         process.leases[token] = (alias, keys)
         if process.dead or dead(record, processes.here(), processes.started(record.pid)):
             process.dead = True
