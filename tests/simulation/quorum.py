@@ -30,6 +30,11 @@ class _Reachable(redis.connection.Connection):
         super().send_packed_command(command, check_health)
 
 
+# The longest lease a schedule's client takes (workloads.py): a member restarted empty keeps
+# out of the quorum's way until then, as Redlock's rule asks (docs/quorum.md).
+LONGEST_LEASE_US = 10_000_000
+
+
 class QuorumWorld(World):
     name = "quorum"
     faults = ("unreachable", "member restart")
@@ -44,12 +49,15 @@ class QuorumWorld(World):
         self.backend = QuorumBackend(self.client)
         self.majority = len(urls) // 2 + 1
         self.processes = []
+        self._now_us = 0
+        self._restarted: dict[int, int] = {}  # member index -> when it last restarted empty
 
     def _port(self, node: SimulatedServer) -> int:
         return int(node.client.connection_pool.connection_kwargs["port"])
 
     def reset(self, now_us: int) -> None:
         _Reachable.unreachable.clear()
+        self._now_us, self._restarted = now_us, {}
         for node in self.nodes:
             node.reset()
             node.client.set(CLOCK_PREFIX + TAG, now_us, px=3_600_000)
@@ -59,6 +67,7 @@ class QuorumWorld(World):
 
     def observe(self, now_us: int, moved_ms: int, pops: list[str]) -> Observed:
         """What a majority of the members hold (a key without an expiry on any one shows)."""
+        self._now_us = now_us
         for node in self.nodes:
             node.send_observe(now_us, moved_ms, pops)
         each = [node.read_observe() for node in self.nodes]
@@ -78,15 +87,32 @@ class QuorumWorld(World):
     def snapshot(self) -> dict[str, bytes]:
         return self.nodes[0].snapshot()
 
+    def restartable(self) -> bool:
+        return self._may_restart(0)
+
+    def _may_restart(self, index: int) -> bool:
+        """Redlock's rule (docs/quorum.md): a member that lost its data stays out until the
+        longest lease has passed, so no other member loses its data within that time: two of
+        three losing theirs at once is a majority forgetting a holder, which no quorum lock
+        survives."""
+        return not any(
+            other != index and self._now_us - at < LONGEST_LEASE_US
+            for other, at in self._restarted.items()
+        )
+
     def restart(self, snapshot: dict[str, tuple[bytes, int]] | None) -> None:
         """The first member restarts (the others are its peers' concern: ``member restart``)."""
         self.nodes[0].restart(snapshot)
+        self._restarted[0] = self._now_us
 
     def fault(self, kind: str, choices: Any) -> tuple[str, bool]:
         node = choices.pick(self.nodes)
         number = self.nodes.index(node) + 1
         if kind == "member restart":
+            if not self._may_restart(number - 1):
+                return f"(member {number} stays up: another restarted within a lease)", False
             node.restart(None)
+            self._restarted[number - 1] = self._now_us
             return f"member {number} restarts empty", True
         port = self._port(node)
         if port in _Reachable.unreachable:

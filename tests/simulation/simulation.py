@@ -293,7 +293,7 @@ class Simulation:
         if any(c.state == "parked" and c.inbox for c in alive):
             kinds.append("lose wake-up")
 
-        if self.faults.restarts:
+        if self.faults.restarts and self.world.restartable():
             kinds.append("restart")
         kinds += self.world.faults
         kind = self.choices.pick(kinds)

@@ -93,6 +93,10 @@ class World:
         """Carry out one step of fault ``kind``: what happened, and whether data was lost."""
         raise NotImplementedError(kind)
 
+    def restartable(self) -> bool:
+        """Whether a restart of the servers may happen now (``Simulation``'s "restart")."""
+        return True
+
     def under_way(self) -> str | None:
         """A fault of several steps that has begun (its next step is due soon), or None."""
         return None
