@@ -19,6 +19,7 @@ from typing import Any
 from redis.exceptions import ClusterError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ..core.release import give_back
 from ..core.requests import Block, Command, Eval, Failover, Pipeline, Request
 from .scripts import (
     EXTEND,
@@ -66,7 +67,8 @@ def give_back_command(keys: Any, token: str) -> Sequence[Any]:
     """The give-back (``release.give_back``) of an acquisition by ``token`` of the lock of
     ``keys``, as ``silent`` sends it (one ``EVAL``, which needs nothing loaded): for the flat
     path, which makes it only if a reply never comes (``functools.partial``)."""
-    return SCRIPTS[keys.RELEASE].command(keys.release_keys(""), (token, ""))
+    request = give_back(keys, token)
+    return SCRIPTS[request.script].command(request.keys, request.args)
 
 
 def shortened(request: Block, reply: Any) -> tuple[float, bool]:

@@ -23,7 +23,7 @@ from ..core import durations, flows, uncontended
 from ..core.labels import group_of
 from ..core.layout import KeyLayout
 from ..exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
-from . import errors, hold_renewal, holds, processes, reports
+from . import errors, hold_renewal, holds, reports
 from .claims import Claim, Pending, Resolved, Step, resolve
 from .holds import Hold, current_owner, own_tokens, reentrant_holds
 
@@ -210,15 +210,6 @@ class Bookkeeping:
         """Whether an acquisition through this object had to wait lately: the next one joins
         the queue at once (one round trip saved per acquisition of a busy lock)."""
         return now - self._contended_at < _CONTENDED_MEMORY
-
-    def process_record(self) -> tuple[LockAlias, tuple[Any, ...]] | None:
-        """The command that writes this process's record (``processes.py``), when it is due
-        before this acquisition (its first on this alias, or minutes later), with where to
-        send it; the caller tells ``processes.recorded`` how it went."""
-        resolved = self.resolve()
-        if resolved.on_holder is None or not processes.recorded.due(resolved.alias):
-            return None
-        return resolved.alias, processes.record_args(resolved.alias)
 
     # -- what an acquisition's outcome means ---------------------------------------------------
 

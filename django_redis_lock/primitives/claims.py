@@ -79,7 +79,7 @@ class Resolved:
         plan = flows.AcquirePlan(
             keys=self.keys,
             token=token,
-            lease_ms=durations.milliseconds(self.lease),
+            lease_ms=self.lease_ms,
             record=self.records.encoded(owner, self.lease),
             max_wait=self.wait if wait is None else wait,
             clock=time.monotonic,

@@ -26,9 +26,6 @@ from .holds import current_owner
 
 __all__ = ["Leased"]
 
-# What a flat acquisition that took the lock answers (a Claim is immutable: one for all).
-TAKEN = Claim(True)
-
 _Self = TypeVar("_Self", bound="Leased")
 
 
@@ -135,9 +132,9 @@ class Leased:
         (``job_id``), only a result that is the job's id counts: a run of the same job that
         finished (the task guards leave it)."""
         book = self._book
-        record = book.process_record()
-        if record is not None:
-            self._write_record(*record)
+        resolved = book.resolve()
+        if resolved.on_holder is not None and processes.recorded.due(resolved.alias):
+            self._write_record(resolved.alias)
         quick = None if want_result else quick_path.take(book, wait)
         if quick is not None:  # the lock may be free: one bare SET, flat
             try:
@@ -146,9 +143,7 @@ class Leased:
                 )
             except RedisError as exc:
                 raise book.backend_error("acquire", exc, quick.started) from exc
-            if quick_path.taken(book, quick, reply):
-                return TAKEN
-            pending: Pending | Claim = quick_path.after(book, quick)
+            pending: Pending | Claim = quick_path.settled(book, quick, reply)
         else:
             if book.release_failed:
                 self._settle()
@@ -162,10 +157,12 @@ class Leased:
         return self._book.settled(pending, outcome)
 
     @staticmethod
-    def _write_record(alias: LockAlias, command: tuple[Any, ...]) -> None:
+    def _write_record(alias: LockAlias) -> None:
+        """This process's record (``processes.py``), due before this acquisition: its first on
+        ``alias``, or minutes later (a watch for dead holders reads it)."""
         reply: Any
         try:
-            reply = backend_of(alias).send_request(*command)
+            reply = backend_of(alias).send_request(*processes.record_args(alias))
         except RedisError as exc:
             reply = exc
         processes.recorded.done(alias, reply)
@@ -248,9 +245,9 @@ class Leased:
     async def aclaim(self, wait: float | None = None, *, want_result: bool = False) -> Claim:
         """``claim()`` for asyncio."""
         book = self._book
-        record = book.process_record()
-        if record is not None:
-            await self._awrite_record(*record)
+        resolved = book.resolve()
+        if resolved.on_holder is not None and processes.recorded.due(resolved.alias):
+            await self._awrite_record(resolved.alias)
         quick = None if want_result else quick_path.take(book, wait)
         if quick is not None:
             try:
@@ -259,9 +256,7 @@ class Leased:
                 )
             except RedisError as exc:
                 raise book.backend_error("acquire", exc, quick.started) from exc
-            if quick_path.taken(book, quick, reply):
-                return TAKEN
-            pending: Pending | Claim = quick_path.after(book, quick)
+            pending: Pending | Claim = quick_path.settled(book, quick, reply)
         else:
             if book.release_failed:
                 await self._asettle()
@@ -276,10 +271,10 @@ class Leased:
         return self._book.settled(pending, outcome)
 
     @staticmethod
-    async def _awrite_record(alias: LockAlias, command: tuple[Any, ...]) -> None:
+    async def _awrite_record(alias: LockAlias) -> None:
         reply: Any
         try:
-            reply = await async_backend_of(alias).send_request(*command)
+            reply = await async_backend_of(alias).send_request(*processes.record_args(alias))
         except RedisError as exc:
             reply = exc
         processes.recorded.done(alias, reply)

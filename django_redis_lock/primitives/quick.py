@@ -12,13 +12,16 @@ from typing import TYPE_CHECKING, Any
 from ..backends.base import give_back_command
 from ..core import durations, flows, uncontended
 from . import holds
-from .claims import Pending, QuickTake
+from .claims import Claim, Pending, QuickTake
 from .holds import current_owner, strays
 
 if TYPE_CHECKING:
     from .bookkeeping import Bookkeeping
 
-__all__ = ["after", "take", "taken"]
+__all__ = ["TAKEN", "settled", "take"]
+
+# What a flat acquisition that took the lock answers (a Claim is immutable: one for all).
+TAKEN = Claim(True)
 
 
 def take(book: Bookkeeping, wait: float | None) -> QuickTake | None:
@@ -50,24 +53,21 @@ def take(book: Bookkeeping, wait: float | None) -> QuickTake | None:
     )  # fmt: skip
 
 
-def taken(book: Bookkeeping, quick: QuickTake, reply: Any) -> bool:
-    """Whether the flat try took the lock (held from now on, renewed, reported). False: it
-    was held, or the grant came too late to be of use: :func:`after`."""
-    if reply is None or uncontended.learnt_late(quick.started, quick.lease_ms, time.monotonic()):
-        return False
+def settled(book: Bookkeeping, quick: QuickTake, reply: Any) -> Claim | Pending:
+    """What the flat try's ``reply`` means: the lock taken (held from now on, renewed,
+    reported: :data:`TAKEN`), or, when it was held or the grant came too late to be of use, the
+    flows' path from the queue on (join.lua takes a free lock too, and finds a lease granted
+    too late ours), with the try's token and start, so that its wait counts from the try."""
     resolved = book.resolve()
-    book.took(
-        quick.owner, quick.alias, resolved.keys, quick.token, quick.started, resolved.lease,
-        resolved.renew, flows.Acquired(0, quick.lease_ms, quick.started, ""),
-    )  # fmt: skip
-    return True
-
-
-def after(book: Bookkeeping, quick: QuickTake) -> Pending:
-    """The flows' path after a flat try that did not take the lock: from the queue on
-    (join.lua takes a free lock too, and finds a lease granted too late ours), with the try's
-    token and start, so that its wait counts from the try."""
-    return book.resolve().acquisition(
+    if reply is not None and not uncontended.learnt_late(
+        quick.started, quick.lease_ms, time.monotonic()
+    ):
+        book.took(
+            quick.owner, quick.alias, resolved.keys, quick.token, quick.started,
+            resolved.lease, resolved.renew, flows.Acquired(0, quick.lease_ms, quick.started, ""),
+        )  # fmt: skip
+        return TAKEN
+    return resolved.acquisition(
         quick.owner, wait=quick.max_wait, want_result=False, fencing=False, limit=0,
         job_id=None, started=quick.started, on_contended=book.contended, first="join",
         token=quick.token, fair=book.fair,
