@@ -180,6 +180,61 @@ def test_a_hold_ending_while_the_watchdog_takes_it_on_is_never_renewed(settings)
             assert not renewer.renewing(hold)
 
 
+def _handed(name: str, redis_client) -> Lock:
+    """``Lock(name, timeout=10)`` taken by this thread by a direct handoff, with the short
+    lease a release hands a waiter (release.lua): another thread held it, and released it once
+    this one was queued. Call with the watchdog's condition held: its look is the test's."""
+    keys = lock_keys(name, "default")
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with Lock(name, timeout=10):
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert held.wait(10)
+    lock = Lock(name, timeout=10, wait=10)
+    threading.Timer(0, lambda: (
+        wait_until(lambda: redis_client.llen(keys.queue) == 1, 10, "this thread to queue"),
+        release.set(),
+    )).start()  # fmt: skip
+    assert lock.acquire()
+    thread.join(10)
+    assert 0 < redis_client.pttl(keys.lease) <= 3000  # handed short: HANDOFF_MS at most
+    return lock
+
+
+@pytest.mark.parametrize("extend_first", [False, True])
+def test_a_handed_lease_is_lengthened_at_the_watchdogs_look_unless_extended(
+    redis_client, extend_first
+):
+    """A lease handed over short is lengthened to the lock's whole lease once, and only if
+    the hold outlives the watchdog's next look; an ``extend()`` sets its length instead, and is
+    never undone by that lengthening, whichever comes first."""
+    name = f"handed-{extend_first}"
+    lease = lock_keys(name, "default").lease
+    with renewer._condition:
+        lock = _handed(name, redis_client)
+        hold = lock._book.hold()
+        assert hold.renewal is None  # deferred, not made yet
+        assert renewer.renewing(hold)
+        grow, args = renewer.young[id(hold)]
+        if extend_first:
+            lock.extend(60)
+            grow(*args)  # the look: the extension set the length, nothing to lengthen
+        else:
+            grow(*args)
+            assert hold.renewal in renewer
+            assert hold.renewal.until is not None  # lengthened once, not renewed
+            lock.extend(60)
+        assert hold.renewal is None
+        assert not renewer.renewing(hold)
+        assert redis_client.pttl(lease) > 50_000
+        lock.release()
+
+
 def test_an_unexpected_error_is_a_failed_renewal_not_a_spinning_thread(
     settings, monkeypatch, losses
 ):

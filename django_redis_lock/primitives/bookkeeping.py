@@ -349,9 +349,7 @@ class Bookkeeping:
             self._forget(step.owner, step.keys, hold)
             self.report_lost(hold, "its lease had ended before it was extended")
             raise LockNotOwned(f"Lock {self.name!r} was no longer ours to extend.", name=self.name)
-        hold.lease, hold.lease_ends_at = step.lease, step.started + step.lease
-        if hold.renewal is not None:
-            hold.renewal.confirmed(step.started, step.lease)
+        hold_renewal.extended(hold, step.started, step.lease, self._state)
 
     def let_go(self, owner: object, hold: Hold) -> None:
         """``owner`` no longer holds ``hold`` here, while its lease lives on (``detach``)."""

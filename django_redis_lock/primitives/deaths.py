@@ -58,8 +58,9 @@ class _Process:
     record: ProcessRecord | None
     dead: bool = False
     pidfd: int | None = None
-    # The leases it was seen holding: token -> (alias, keys), and when last seen (monotonic).
-    leases: dict[str, tuple[LockAlias, KeyLayout]] = field(default_factory=dict)
+    # The latest lease it was seen holding of each lock: lease key -> (alias, keys, token); an
+    # earlier lease of the same lock has ended (a lock has one holder at a time).
+    leases: dict[str, tuple[LockAlias, KeyLayout, str]] = field(default_factory=dict)
     seen_at: float = 0.0
     looked_at: float = 0.0  # when its record was last read (monotonic)
 
@@ -71,26 +72,32 @@ class _Deaths:
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
-        self._new: list[tuple[LockAlias, KeyLayout, str, str]] = []
-        self._known: dict[str, float] = {}  # tokens seen lately -> when (monotonic)
+        # Sightings the thread has not taken yet: (owner, lease key) -> (alias, keys, token),
+        # the latest of each.
+        self._new: dict[tuple[str, str], tuple[LockAlias, KeyLayout, str]] = {}
+        # The owners whose next sightings need not wake the thread: watched by a pidfd (whose
+        # exit wakes it), elsewhere, this very process, or without a record for now. It takes
+        # their sightings at its next look.
+        self._settled: set[str] = set()
+        self._woken = False  # told of sightings it has not taken yet
         self._thread: threading.Thread | None = None
         self._wake_read, self._wake_write = -1, -1
 
     def seen(self, alias: LockAlias, keys: KeyLayout, holder: Any) -> None:
         """A waiter of this process found ``holder`` (a lease value) holding the lock of
-        ``keys`` on ``alias``. Cheap, and never blocks: the thread does the looking."""
+        ``keys`` on ``alias``. Cheap, and never blocks: the thread does the looking, and is
+        woken only for a holder it has not settled yet (a lock passed between live processes
+        costs a dict entry per join)."""
         if processes.here() is None:
             return
         token = holder_token(holder)
         owner = process_of(token) if token is not None else None
         if token is None or owner is None:
             return
-        now = time.monotonic()
-        if now - self._known.get(token, -FORGET_AFTER) < 1.0:
-            return  # (told within the last second: each block's end need not tell again)
-        self._known[token] = now
         with self._lock:
-            self._new.append((alias, keys, token, owner))
+            self._new[owner, keys.lease] = (alias, keys, token)
+            waking = owner not in self._settled and not self._woken
+            self._woken = self._woken or waking
             if self._thread is None or not self._thread.is_alive():
                 self._wake_read, self._wake_write = os.pipe()
                 os.set_blocking(self._wake_write, False)
@@ -99,8 +106,9 @@ class _Deaths:
                 )
                 self._thread.start()
                 return
-        with contextlib.suppress(OSError):  # (full: the thread has been told already)
-            os.write(self._wake_write, b"!")
+        if waking:
+            with contextlib.suppress(OSError):  # (full: the thread has been told already)
+                os.write(self._wake_write, b"!")
 
     # -- the thread ------------------------------------------------------------------------------
 
@@ -108,20 +116,26 @@ class _Deaths:
         selector = selectors.DefaultSelector()
         selector.register(self._wake_read, selectors.EVENT_READ, None)
         watched: dict[str, _Process] = {}
+        events: list[Any] = []
         while True:
             try:
+                # The sightings first: a holder that died is then ended with its latest leases.
                 with self._lock:
-                    new, self._new = self._new, []
-                for alias, keys, token, owner in new:
+                    new, self._new, self._woken = self._new, {}, False
+                for (owner, _), (alias, keys, token) in new.items():
                     self._sighted(selector, watched, alias, keys, token, owner)
-                self._forget_old(selector, watched)
-                for key, _ in selector.select(IDLE):
+                for key, _ in events:
                     if key.data is None:
                         os.read(self._wake_read, 4096)
                     else:
                         self._died(selector, key.data)
+                self._forget_old(selector, watched)
+                with self._lock:
+                    pending = bool(self._new)  # (seen meanwhile, perhaps without waking us)
+                events = [] if pending else selector.select(IDLE)
             except Exception:  # the watch must never die
                 logger.exception("django-redis-lock: the watch for dead holders failed")
+                events = []
                 time.sleep(1.0)
 
     def _sighted(
@@ -137,13 +151,26 @@ class _Deaths:
         process.seen_at = now
         record = process.record
         if record is None or record.place != processes.here() or record.pid == os.getpid():
-            return  # (nothing to know of it from here, or it is this very process)
-        process.leases[token] = (alias, keys)
-        if process.dead or dead(record, processes.here(), processes.started(record.pid)):
-            process.dead = True
+            self._settle(owner)  # (nothing to know of it from here, or it is this very process)
+            return
+        process.leases[keys.lease] = (alias, keys, token)
+        if process.dead:
             self._died(selector, process)
-        elif process.pidfd is None:
-            self._watch(selector, process, record)
+        elif process.pidfd is None:  # (watched by its pidfd: its exit tells)
+            if dead(record, processes.here(), processes.started(record.pid)):
+                self._died(selector, process)
+            else:
+                self._watch(selector, process, record)
+                if process.pidfd is not None:
+                    self._settle(owner)
+
+    def _settle(self, owner: str) -> None:
+        with self._lock:
+            self._settled.add(owner)
+
+    def _unsettle(self, owner: str) -> None:
+        with self._lock:
+            self._settled.discard(owner)
 
     def _record(self, alias: LockAlias, owner: str) -> ProcessRecord | None:
         try:
@@ -177,7 +204,7 @@ class _Deaths:
             os.close(process.pidfd)
             process.pidfd = None
         leases, process.leases = process.leases, {}
-        for token, (alias, keys) in leases.items():
+        for alias, keys, token in leases.values():
             try:
                 code = run(flows.release(keys, token, "", cleanup=True), backend_of(alias))
             except RedisError as exc:
@@ -198,9 +225,11 @@ class _Deaths:
                     selector.unregister(process.pidfd)
                     os.close(process.pidfd)
                 del watched[owner]
-        for token, at in list(self._known.items()):
-            if now - at > FORGET_AFTER:
-                self._known.pop(token, None)
+                self._unsettle(owner)
+            elif process.record is None and now - process.looked_at > RECORD_AGAIN:
+                self._unsettle(owner)  # its next sighting wakes us to read its record again
+            elif process.dead:
+                self._unsettle(owner)
 
 
 deaths = _Deaths()

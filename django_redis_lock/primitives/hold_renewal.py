@@ -1,11 +1,12 @@
-"""How a hold is kept alive by the watchdog (``renewal.py``): its renewal started when it is
-taken, and stopped when it ends.
+"""How a hold is kept alive by the watchdog (``renewal.py``): its renewal started when it is taken,
+and stopped when it ends.
 
-A renewed hold's lease is made only if the hold outlives the watchdog's next look (``defer``):
-most holds end long before a third of their lease, and then renewing them cost a dict entry
-and nothing more. The look (:func:`_grown_up`, on the watchdog's thread) and the hold's end
-(:func:`stop`) each take the deferral back under the primitive's lock: exactly one of them gets
-it, so a hold that ended is never renewed, and one that lives on always is.
+A hold's lease (renewed, or a short one handed over to be lengthened) is made only if the hold
+outlives the watchdog's next look (``defer``): most holds end long before a third of their lease,
+and then keeping them alive cost a dict entry and nothing more. The look (:func:`_grown_up`, on the
+watchdog's thread) and the hold's end (:func:`stop`) each take the deferral back under the
+primitive's lock: exactly one of them gets it, so a hold that ended is never renewed, and one that
+lives on always is.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..core.layout import KeyLayout
 from .holds import Hold, HoldWatch
 from .renewal import RenewedLease, renewer
 
-__all__ = ["start", "stop"]
+__all__ = ["extended", "start", "stop"]
 
 ReportLost = Callable[[Hold, str], None]
 
@@ -29,20 +30,33 @@ def start(
     sent_at: float, granted: float, title: str, state: threading.Lock, report_lost: ReportLost,
 ) -> None:  # fmt: skip
     """Keep ``hold`` alive if it needs it: renewed (``renew``), or a lease handed over short
-    (``granted`` < ``lease``, by release.lua), lengthened once to the whole lease. ``title``
-    names it in the logs; ``report_lost(hold, reason)`` is told of a loss (a bound method of
-    the primitive's bookkeeping, kept weakly once the lease is made)."""
-    if renew and granted >= lease:
+    (``granted`` < ``lease``, by release.lua), lengthened once to the whole lease. Either way
+    the watchdog makes its lease at its next look, if the hold is still held then (``defer``),
+    and no later than a third of what was granted. ``title`` names it in the logs;
+    ``report_lost(hold, reason)`` is told of a loss (a bound method of the primitive's
+    bookkeeping, kept weakly once the lease is made)."""
+    if renew or granted < lease:
+        until = None if renew else sent_at + lease
         hold.young = True
         renewer.defer(
-            hold, sent_at + lease / 3, _grown_up, hold, owner, alias, keys, lease, title,
-            state, report_lost,
+            hold, sent_at + min(granted, lease) / 3, _grown_up, hold, owner, alias, keys,
+            lease, until, sent_at, granted, title, state, report_lost,
         )  # fmt: skip
-    elif renew or granted < lease:
-        until = None if renew else sent_at + lease
-        hold.renewal = _lease(hold, owner, alias, keys, lease, until, title, report_lost)
-        hold.renewal.confirmed(sent_at, granted)
-        renewer.add(hold.renewal)
+
+
+def extended(hold: Hold, started: float, lease: float, state: threading.Lock) -> None:
+    """``hold``'s lease was made to run ``lease`` seconds from ``started`` (``extend()``): a
+    renewed lease is renewed from there; a lease of fixed length handed over short is no longer
+    lengthened to its whole lease, which would undo the extension. (Under the primitive's lock,
+    as the watchdog's :func:`_grown_up` reads it.)"""
+    with state:
+        hold.lease, hold.lease_ends_at = lease, started + lease
+        renewal = hold.renewal
+        if renewal is not None and renewal.until is not None:
+            renewer.remove(renewal)
+            hold.renewal = None
+        elif renewal is not None:
+            renewal.confirmed(started, lease)
 
 
 def stop(hold: Hold, state: threading.Lock) -> None:
@@ -56,17 +70,24 @@ def stop(hold: Hold, state: threading.Lock) -> None:
 
 
 def _grown_up(
-    hold: Hold, owner: object, alias: LockAlias, keys: KeyLayout, lease: float, title: str,
-    state: threading.Lock, report_lost: ReportLost,
+    hold: Hold, owner: object, alias: LockAlias, keys: KeyLayout, lease: float,
+    until: float | None, sent_at: float, granted: float, title: str, state: threading.Lock,
+    report_lost: ReportLost,
 ) -> None:  # fmt: skip
-    """On the watchdog's thread: a deferred hold outlived its look: renewed from now on,
-    unless it ended meanwhile."""
+    """On the watchdog's thread: a deferred hold outlived its look: its lease made from now on
+    (renewed, or lengthened once ``until``), unless it ended meanwhile."""
     with state:
         if not renewer.take_back(hold):
             return  # (taken back by stop(): it ended)
         if hold.count > 0 and hold.releasing_since is None and hold.lost_reason is None:
-            renewal = _lease(hold, owner, alias, keys, lease, None, title, report_lost)
-            renewal.confirmed(hold.lease_ends_at - hold.lease, hold.lease)
+            extended = hold.lease_ends_at != sent_at + granted  # (Bookkeeping.extended)
+            if extended and until is not None:
+                return  # a lease of fixed length, lengthened by the extension: as it asked
+            renewal = _lease(hold, owner, alias, keys, lease, until, title, report_lost)
+            if extended:
+                renewal.confirmed(hold.lease_ends_at - hold.lease, hold.lease)
+            else:
+                renewal.confirmed(sent_at, granted)
             hold.renewal = renewal
             renewer.add(renewal)
 

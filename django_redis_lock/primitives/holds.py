@@ -184,8 +184,8 @@ class Hold:
     # retry that finds the lease gone knows whether it was our own release that got through.
     releasing_since: float | None = None
     release_may_have_run: bool = False
-    # Renewed, and its renewal deferred to the watchdog's next look (``renewal`` None until
-    # then): see Bookkeeping._acquired.
+    # Kept alive (renewed, or a short handed lease to lengthen), and its lease deferred to the
+    # watchdog's next look (``renewal`` None until then): see hold_renewal.start.
     young: bool = False
 
     def ends_at(self) -> float:

@@ -66,11 +66,12 @@ class _Renewer:
         self._look_by(lease.due)
 
     def defer(self, hold: object, due: float, grow: Callable[..., None], *args: Any) -> None:
-        """A renewed hold taken just now, whose lease is made only if it outlives the thread's
-        next look (most holds are released long before a third of their lease): then, on the
-        thread, ``grow(*args)`` makes it and adds it (or, should it have ended meanwhile, does
-        nothing). ``due``: when its first renewal falls due. The holder takes it back with
-        :meth:`take_back`, under the same lock ``grow`` makes it under."""
+        """A hold taken just now, whose lease (renewed, or a short handed one to lengthen) is
+        made only if it outlives the thread's next look (most holds are released long before a
+        third of their lease): then, on the thread, ``grow(*args)`` makes it and adds it (or,
+        should it have ended meanwhile, does nothing). ``due``: when its first renewal falls
+        due. The holder takes it back with :meth:`take_back`, under the same lock ``grow``
+        makes it under."""
         self.young[id(hold)] = (grow, args)
         self._look_by(due)
 

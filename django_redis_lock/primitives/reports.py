@@ -113,13 +113,16 @@ def contended(lock: Reported, max_wait: float, holder: Any) -> None:
         kind, group = _labels(lock)
         for sink in sinks:
             sink.contended(kind, group)
+    if not contention_observed():
+        return  # (on every contended acquisition: nothing to read or format for nobody)
     owner = owner_of(holder, lock.name)
-    described = owner or {}
-    logger.info(
-        "Waiting %s for lock %r held by %s/%s",
-        "for ever" if max_wait == math.inf else f"up to {readable(max_wait)}", lock.name,
-        described.get("host", "?"), described.get("pid", "?"),
-    )  # fmt: skip
+    if logger.isEnabledFor(logging.INFO):
+        described = owner or {}
+        logger.info(
+            "Waiting %s for lock %r held by %s/%s",
+            "for ever" if max_wait == math.inf else f"up to {readable(max_wait)}", lock.name,
+            described.get("host", "?"), described.get("pid", "?"),
+        )  # fmt: skip
     signals.lock_contended.send(
         sender=type(lock), lock=lock, name=lock.name, label=lock.label, owner=owner
     )
