@@ -20,6 +20,7 @@ from django_redis_lock import Lock
 from django_redis_lock.core.lease import reservation_token
 from django_redis_lock.core.processes import ProcessRecord, dead, process_of
 from django_redis_lock.primitives import holds, processes
+from django_redis_lock.primitives.deaths import deaths
 from django_redis_lock.primitives.keys import lock_keys, process_key
 from tests import workers
 from tests.helpers import start_queued, wait_until
@@ -89,6 +90,29 @@ def test_a_killed_holder_on_this_machine_passes_the_lock_on_at_once(redis_url, r
         os.kill(holder.pid, signal.SIGKILL)
         wait_until(lambda: got, 25, "the waiter's acquisition")
         assert got == [True]
+
+
+@needs_proc
+def test_a_live_holder_is_looked_up_once_and_its_death_ends_its_latest_lease(
+    redis_url, redis_client
+):
+    """Each join tells the watch whom it found holding the lock. A live holder on this machine
+    is looked up once (its pidfd then tells of its death): later sightings, of any of its
+    leases, wake no thread, and only the latest lease seen of each lock is kept to be ended."""
+    keys = lock_keys("watched-once", "default")
+    with _holder(redis_url, "watched-once") as holder:
+        value = redis_client.get(keys.lease)
+        token = _token(redis_client, keys)
+        owner = process_of(token)
+        deaths.seen("default", keys, value)
+        wait_until(lambda: owner in deaths._settled, 10, "the watch to look the holder up")
+        earlier = value.replace(token.encode(), f"{owner}00000000".encode())
+        deaths.seen("default", keys, earlier)  # an earlier lease of the same lock...
+        deaths.seen("default", keys, value)  # ...and the latest: kept in its place
+        assert not deaths._woken  # (a settled holder: its sightings wake nobody)
+        os.kill(holder.pid, signal.SIGKILL)
+        # Its lease (30 s, renewed: 20 s left at least) is ended by the watch, not by time.
+        wait_until(lambda: not redis_client.exists(keys.lease), 15, "its lease to be ended")
 
 
 @contextlib.contextmanager
