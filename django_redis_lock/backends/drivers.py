@@ -68,20 +68,21 @@ async def _shielded(awaitable: Any) -> Any:
         raise ConnectionError("cancelled while cleaning up") from None
 
 
-def release(request: Eval, keys: KeyLayout, backend: Any) -> int:
+def release(request: Eval, keys: KeyLayout, backend: Any) -> tuple[int, str]:
     """Send a release (``uncontended.release_request``) and wake the waiters it was handed to
-    without expecting them; returns its code (``uncontended.released``)."""
-    code, wake = released(keys, backend.perform(request))
+    without expecting them; returns its code and the first waiter it handed to or woke ('':
+    none; ``uncontended.released``)."""
+    code, wake, first = released(keys, backend.perform(request))
     if wake:
         with contextlib.suppress(Exception):  # (only how soon they know depends on it)
             backend.perform(Pipeline(wake, cleanup=True))
-    return code
+    return code, first
 
 
-async def arelease(request: Eval, keys: KeyLayout, backend: Any) -> int:
+async def arelease(request: Eval, keys: KeyLayout, backend: Any) -> tuple[int, str]:
     """:func:`release` for asyncio; the wake-ups are shielded from a cancellation."""
-    code, wake = released(keys, await backend.perform(request))
+    code, wake, first = released(keys, await backend.perform(request))
     if wake:
         with contextlib.suppress(Exception):
             await _shielded(backend.perform(Pipeline(wake, cleanup=True)))
-    return code
+    return code, first

@@ -73,7 +73,7 @@ def release(
         keys, token, expected, keep, unfair_ms=unfair_ms, reply_timeout=reply_timeout,
         cleanup=cleanup,
     )  # fmt: skip
-    code, wake = released(keys, reply)
+    code, wake, _ = released(keys, reply)
     if wake:
         with contextlib.suppress(Exception):
             yield Pipeline(wake, cleanup=True)

@@ -96,20 +96,23 @@ def release_request(
     )  # fmt: skip
 
 
-def released(keys: KeyLayout, reply: Any) -> tuple[int, tuple[tuple[Any, ...], ...]]:
+def released(keys: KeyLayout, reply: Any) -> tuple[int, tuple[tuple[Any, ...], ...], str]:
     """What a release's reply means: 0 (released, or handed on), -1 (not ours: nothing
-    touched) or -2 (the key is not a lock); and the commands that wake the waiters it was
-    handed to without expecting them (a semaphore's release may hand several permits), to send
-    next. Nothing depends on that push but how soon they know: if it is late or fails, each
-    finds the lease its own when its block ends and it asks again, and join.lua answers with
-    the same message made again from the lease, the queue and the kept result."""
+    touched) or -2 (the key is not a lock); the commands that wake the waiters it was handed
+    to without expecting them (a semaphore's release may hand several permits), to send next;
+    and the first waiter it handed to or woke ('' none). Nothing depends on that push but how
+    soon they know: if it is late or fails, each finds the lease its own when its block ends
+    and it asks again, and join.lua answers with the same message made again from the lease,
+    the queue and the kept result."""
     code = int(reply) if isinstance(reply, int) else int(reply[0])
+    if code == 1:
+        return 0, (), text(reply[1])
     if code != 2:
-        return (0 if code > 0 else code), ()
+        return code, (), ""
     commands: list[tuple[Any, ...]] = []
     for head, message in zip(reply[1::2], reply[2::2], strict=True):
         wake, message = keys.wake(text(head)), text(message)
         # (An empty message: the lock was left free for it to compete for, fair=False.)
         ms = int(message.split("|", 2)[1]) if message else FREE_WAKE_MS
         commands += (("RPUSH", wake, message), ("PEXPIRE", wake, ms))
-    return 0, tuple(commands)
+    return 0, tuple(commands), text(reply[1])

@@ -82,6 +82,10 @@ class Bookkeeping:
         # When an acquisition through this object last had to wait: for a while after, the
         # next one joins the queue at once instead of first trying a bare SET that would fail.
         self._contended_at = -math.inf
+        # fair=False: the waiter its latest release woke (first in line, and there still when it
+        # lost the race: it joins again in its place), whom the next release expects, so that
+        # the script wakes it itself instead of asking for a round trip more ('': none known).
+        self._first_waiter = ""
 
     @property
     def reported(self) -> Any:
@@ -208,8 +212,10 @@ class Bookkeeping:
 
     def contended_lately(self, now: float) -> bool:
         """Whether an acquisition through this object had to wait lately: the next one joins
-        the queue at once (one round trip saved per acquisition of a busy lock)."""
-        return now - self._contended_at < _CONTENDED_MEMORY
+        the queue at once (one round trip saved per acquisition of a busy lock). Never for a
+        lock taken with fair=False: its releases leave it free for whoever asks first, so a
+        bare SET is the best first try, busy or not."""
+        return self.fair and now - self._contended_at < _CONTENDED_MEMORY
 
     # -- what an acquisition's outcome means ---------------------------------------------------
 
@@ -284,8 +290,8 @@ class Bookkeeping:
         if result is not None:
             keep = (result, durations.milliseconds(result_ttl))
         request = uncontended.release_request(
-            keys, hold.token, hold.next_token, keep,
-            unfair_ms=0 if self.fair else uncontended.STARVATION_BOUND_MS,
+            keys, hold.token, hold.next_token or (self._first_waiter if not self.fair else ""),
+            keep, unfair_ms=0 if self.fair else uncontended.STARVATION_BOUND_MS,
         )  # fmt: skip
         return Step(owner, alias, keys, hold, earlier_ran=earlier_ran, request=request)
 
@@ -302,7 +308,11 @@ class Bookkeeping:
         hold = self.hold()
         return None if hold is None or hold.releasing_since is None else self.release_step(None, 0)
 
-    def released(self, step: Step, code: int) -> None:
+    def released(self, step: Step, code: int, first: str = "") -> None:
+        """A release's outcome (``drivers.release``): ``code``, and the ``first`` waiter it
+        handed the lock to or woke."""
+        if not self.fair:
+            self._first_waiter = first
         owner, keys, hold = step.owner, step.keys, step.hold
         releasing_since, hold.releasing_since = hold.releasing_since, None
         hold.release_may_have_run = False

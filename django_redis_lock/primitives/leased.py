@@ -180,13 +180,13 @@ class Leased:
         if step.request is None:
             return
         try:
-            code = drivers.release(step.request, step.keys, backend_of(step.alias))
+            code, first = drivers.release(step.request, step.keys, backend_of(step.alias))
         except RedisError as exc:
             raise self._book.release_failure(step, exc) from exc
         except BaseException as exc:
             self._book.release_failure(step, exc)
             raise
-        self._book.released(step, code)
+        self._book.released(step, code, first)
 
     def extend(self, seconds: float | None = None) -> None:
         """Make our lease end ``seconds`` from now (default: the lock's lease length)."""
@@ -230,7 +230,7 @@ class Leased:
         if step is not None and step.request is not None:
             try:
                 backend = backend_of(step.alias)
-                self._book.released(step, drivers.release(step.request, step.keys, backend))
+                self._book.released(step, *drivers.release(step.request, step.keys, backend))
             except LockNotOwned:
                 pass  # a loss, reported as such
             except RedisError as exc:
@@ -285,13 +285,15 @@ class Leased:
         if step.request is None:
             return
         try:
-            code = await drivers.arelease(step.request, step.keys, async_backend_of(step.alias))
+            code, first = await drivers.arelease(
+                step.request, step.keys, async_backend_of(step.alias)
+            )
         except RedisError as exc:
             raise self._book.release_failure(step, exc) from exc
         except BaseException as exc:  # a cancellation too
             self._book.release_failure(step, exc)
             raise
-        self._book.released(step, code)
+        self._book.released(step, code, first)
 
     async def aextend(self, seconds: float | None = None) -> None:
         """``extend()`` for asyncio."""
@@ -326,8 +328,8 @@ class Leased:
         if step is not None and step.request is not None:
             backend = async_backend_of(step.alias)
             try:
-                code = await drivers.arelease(step.request, step.keys, backend)
-                self._book.released(step, code)
+                code, first = await drivers.arelease(step.request, step.keys, backend)
+                self._book.released(step, code, first)
             except LockNotOwned:
                 pass
             except RedisError as exc:

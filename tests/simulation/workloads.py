@@ -9,6 +9,7 @@ told it lost the lease), as the library's lock objects would act on the same out
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,10 +28,12 @@ from django_redis_lock.core.lease import (
 from django_redis_lock.core.many import take_in_order
 from django_redis_lock.core.permits import PermitKeys
 from django_redis_lock.core.release import give_back
-from django_redis_lock.core.requests import Command, Request, Sleep
+from django_redis_lock.core.requests import Command, Pipeline, Request, Sleep
 from django_redis_lock.core.uncontended import (
     STARVATION_BOUND_MS,
     learnt_late,
+    release_request,
+    released,
     reply_budget,
     take_free,
 )
@@ -98,7 +101,10 @@ def cast(sim: Simulation, workload: str, choices: Choices) -> None:
             # by its place, not by a draw: the schedules' draws stay as they were.
             role = replace(role, first="flat")
         if workload == "lock" and sim.backend.queues and index == 2:
-            role = replace(role, fair=False)  # (the third: Lock(fair=False), a release.lua's)
+            # The third: Lock(fair=False), a release.lua's. It never joins at once (its
+            # releases leave the lock free): a plain one takes a free lock flat.
+            first = "take" if role.first == "take" else "flat"
+            role = replace(role, fair=False, first=first)
             sim.ledger.locks[names[0]].unfair = True
         arrival = choices.pick((0, 0, 5, 400, 2500))
         sim.add(f"c{len(sim.clients) + 1}", _start(sim, role), arrival)
@@ -212,16 +218,20 @@ def _flat(plan: AcquirePlan) -> Any:
 def _one_program(sim: Simulation, client: Client, role: Role) -> Program:
     name = role.names[0]
     keys = permit_keys(name) if role.kind == "semaphore" else lock_keys(name)
+    first_waiter = ""  # fair=False: the waiter its latest release woke (Bookkeeping)
     for round_ in range(role.rounds):
         plan = _plan(sim, client, role, keys, f"{client.name}.{round_}")
         granted = yield from _acquire(sim, client, plan, name)
         if granted is not None:
             hold, outcome = granted
             held = [(keys, hold, outcome)]
-            if (yield from _work(sim, role, held)):
-                result = f"done-by-{plan.token}".encode() if role.want_result else None
-                unfair = 0 if role.fair else STARVATION_BOUND_MS
-                yield from _release(sim, held, result, unfair)
+            if not (yield from _work(sim, role, held)):
+                continue
+            result = f"done-by-{plan.token}".encode() if role.want_result else None
+            if role.fair:
+                yield from _release(sim, held, result)
+            else:
+                first_waiter = yield from _release_unfair(sim, held[0], first_waiter)
 
 
 def _many_program(sim: Simulation, client: Client, role: Role) -> Program:
@@ -290,9 +300,8 @@ def _work(sim: Simulation, role: Role, held: Sequence[tuple[Any, Hold, Acquired]
 
 
 def _release(
-    sim: Simulation, held: Sequence[tuple[Any, Hold, Acquired]], result: bytes | None,
-    unfair_ms: int = 0,
-) -> Any:  # fmt: skip
+    sim: Simulation, held: Sequence[tuple[Any, Hold, Acquired]], result: bytes | None
+) -> Any:
     """Release each, last first; whether every release got through."""
     released = True
     for keys, hold, outcome in reversed(held):
@@ -301,15 +310,34 @@ def _release(
         if result is not None:
             keep = {"result": result, "result_ttl_ms": RESULT_TTL_MS}
         try:
-            code = yield from flows.release(
-                keys, hold.token, outcome.next_token, unfair_ms=unfair_ms, **keep
-            )
+            code = yield from flows.release(keys, hold.token, outcome.next_token, **keep)
         except Exception:  # (the Lock raises LockBackendError; the lease runs out)
             sim.ledger.ended(hold)
             released = False
             continue
         sim.ledger.released(hold, code)
     return released
+
+
+def _release_unfair(sim: Simulation, held: tuple[Any, Hold, Acquired], first_waiter: str) -> Any:
+    """As a ``Lock(fair=False)`` releases (``drivers.release``): expecting the waiter its
+    latest release woke, if it has not been told of another; returns the waiter this one handed
+    to or woke."""
+    keys, hold, outcome = held
+    sim.ledger.releasing(hold)
+    request = release_request(
+        keys, hold.token, outcome.next_token or first_waiter, unfair_ms=STARVATION_BOUND_MS
+    )
+    try:
+        code, wake, first = released(keys, (yield request))
+    except Exception:  # (the Lock raises LockBackendError; the lease runs out)
+        sim.ledger.ended(hold)
+        return first_waiter
+    if wake:
+        with contextlib.suppress(Exception):
+            yield Pipeline(wake, cleanup=True)
+    sim.ledger.released(hold, code)
+    return first
 
 
 def _task_program(sim: Simulation, client: Client, role: Role) -> Program:
