@@ -105,8 +105,8 @@ def released(keys: KeyLayout, reply: Any) -> tuple[int, tuple[tuple[Any, ...], .
     and it asks again, and join.lua answers with the same message made again from the lease,
     the queue and the kept result."""
     code = int(reply) if isinstance(reply, int) else int(reply[0])
-    if code == 1:
-        return 0, (), text(reply[1])
+    if code == 1:  # (a semaphore's release says whom it woke in its script: nobody here)
+        return 0, (), text(reply[1]) if len(reply) > 1 else ""
     if code != 2:
         return code, (), ""
     commands: list[tuple[Any, ...]] = []
