@@ -266,3 +266,40 @@ def test_a_waiter_is_reported_contended_as_soon_as_it_queues_not_after_its_block
     request.after_first([0, 8000, HOLDER, 0])
     flow.send(([0, 8000, HOLDER, 0], None))
     assert contended == [HOLDER]  # once
+
+
+def test_an_unfair_waiter_woken_to_compete_keeps_its_place_while_the_queue_counts_it_alive():
+    """fair=False: a waiter woken with an empty message (the lock left free for it) asks with
+    RETRY: it takes a free lock, else keeps its place as it is, and blocks again, no longer
+    than its last join keeps it counted alive; a lease handed to it then is counted from the
+    RETRY's send until that deadline at least. A block that runs out joins in full again."""
+    clock = Clock()
+    flow = flows.acquire(plan(clock, first="join", unfair=True, max_wait=60.0))
+    first = next(flow)
+    assert first.first.args[3] == flows.QUEUE
+    alive_until = clock.now + (flows.BLOCK_CAP + flows.LIVENESS_SLACK)
+    clock.now += 0.4
+    retry = flow.send(([0, 9000, False, 0, b"1"], b""))  # woken to compete
+    assert isinstance(retry, Block)
+    assert retry.first.args[3] == flows.RETRY
+    assert retry.first.args[5] == int((alive_until - clock.now) * 1000)  # what is left of it
+    assert retry.seconds == pytest.approx(alive_until - flows.LIVENESS_SLACK - clock.now)
+    clock.now += 0.1
+    again = flow.send(([0, 9000, False, 0, b"2"], None))  # lost the race; the block ran out
+    assert again.first.args[3] == flows.QUEUE  # in full, with a liveness of its own
+    clock.now += 0.2
+    retry = flow.send(([0, 9000, False, 0, b"3"], b""))
+    assert retry.first.args[3] == flows.RETRY
+    alive_until = clock.now - 0.2 + (flows.BLOCK_CAP + flows.LIVENESS_SLACK)
+    sent_at = clock.now
+    with pytest.raises(StopIteration) as done:
+        flow.send(([0, 9000, False, 0, b"4"], b"0|5|0|5|"))  # handed (starved), 5 ms left
+    assert done.value.value == flows.Acquired(0, int((alive_until - sent_at) * 1000), sent_at, "")
+
+
+def test_a_fair_waiter_never_retries():
+    clock = Clock()
+    flow = flows.acquire(plan(clock, first="join", max_wait=60.0))
+    next(flow)
+    again = flow.send(([0, 9000, False, 0, b"1"], b""))
+    assert again.first.args[3] == flows.QUEUE

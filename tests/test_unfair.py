@@ -113,3 +113,42 @@ def test_threads_of_an_unfair_lock_never_overlap_and_every_waiter_gets_it(redis_
         thread.join(30)
     assert overlaps == 0
     assert redis_client.get(keys.lease) is None
+
+
+def _retry(client: Any, keys: Any, token: str, liveness_ms: int = 2000) -> Any:
+    return JOIN(
+        client,
+        (keys.lease, keys.queue, keys.waiters, keys.wake(token), keys.result),
+        (token, 10_000, RECORD, flows.RETRY, "ub", liveness_ms),
+    )
+
+
+def test_a_retry_keeps_the_waiters_place_takes_a_free_lock_and_requeues_a_lost_entry(
+    redis_client,
+):
+    """join.lua's RETRY (a waiter woken to compete for a free lock, fair=False): while the
+    lock is held, the waiter's entry and place are left as they are; once the entry is gone
+    (counted dead), it queues again as a join does; and a free lock is taken, the waiter
+    leaving the line, and its block ended at once."""
+    keys = lock_keys("unfair-retry", "default")
+    _hold(redis_client, keys, "holder")
+    assert _queue(redis_client, keys, "first")[0] == 0
+    assert _queue(redis_client, keys, "waiter")[0] == 0
+    entry = redis_client.hget(keys.waiters, "waiter")
+    reply = _retry(redis_client, keys, "waiter")
+    assert reply[0] == 0
+    assert reply[3] == 0  # (says nothing of the waiter ahead)
+    assert int(reply[4]) > 0  # when, by the server's clock: a message handed before is stale
+    assert redis_client.hget(keys.waiters, "waiter") == entry  # untouched
+    assert redis_client.lrange(keys.queue, 0, -1) == [b"first", b"waiter"]
+    redis_client.hdel(keys.waiters, "waiter")
+    redis_client.lrem(keys.queue, 1, "waiter")
+    assert _retry(redis_client, keys, "waiter")[0] == 0
+    assert redis_client.lrange(keys.queue, 0, -1) == [b"first", b"waiter"]  # queued again
+    assert redis_client.pttl(keys.waiters) > 0
+    redis_client.delete(keys.lease)
+    assert _retry(redis_client, keys, "waiter")[0] == 1  # free: taken
+    assert redis_client.get(keys.lease).startswith(b"waiter|")
+    assert redis_client.lrange(keys.queue, 0, -1) == [b"first"]
+    assert redis_client.lrange(keys.wake("waiter"), 0, -1) == [b""]  # its block ends at once
+    assert keys_without_ttl(redis_client) == []

@@ -19,7 +19,9 @@ Acquiring (``acquire``):
    may have died without releasing), or when the waiter ahead of us would be counted dead (it
    may have died, and been handed the lease), and every ``BLOCK_CAP`` seconds so the queue
    keeps counting us alive. A wait cut off in the line that could not step out of it is
-   stepped out by this process's next acquisition of the lock (``AcquirePlan.strays``);
+   stepped out by this process's next acquisition of the lock (``AcquirePlan.strays``). A
+   waiter of a ``fair=False`` lock woken to compete for it asks with ``RETRY``: the lock if it
+   is free, else its place kept as it is;
 3. without a queue (quorum mode), we look again after a short random delay.
 """
 
@@ -79,8 +81,8 @@ HANDOFF_MS = 3000
 MIN_BLOCK = 0.001
 # Without a queue (quorum mode), a waiter looks again after a random delay in this range.
 RETRY_DELAY = (0.005, 0.03)
-# join.lua's modes.
-QUEUE, TAKE_OR_LEAVE, LEAVE = 1, 2, 3
+# join.lua's modes. RETRY (fair=False): take a free lock, else keep our place as it is.
+QUEUE, TAKE_OR_LEAVE, LEAVE, RETRY = 1, 2, 3, 4
 
 
 def acquire(plan: AcquirePlan) -> Flow:
@@ -197,6 +199,13 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
     ahead_until = math.inf
     queued = contended = False
     liveness = LIVENESS_SLACK
+    # Until when (our clock) the queue counts us alive, by our latest join that queued us.
+    alive_until = -math.inf
+    # fair=False: woken to compete for a free lock (an empty message). The next try is a
+    # RETRY: it takes the lock if it is free, else leaves our place as it is, and we block
+    # again, while the queue counts us alive long enough; cheaper for the server than a join,
+    # and on a busy unfair lock most wake-ups lose the race to the releaser coming back.
+    woken_to_compete = False
 
     def queued_now(reply: Any) -> float:
         """A join sent with its block has answered (the block goes on): when it queued us,
@@ -215,6 +224,14 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             sent_at = clock()
             remaining = deadline - sent_at
             mode = QUEUE if remaining > 0 else TAKE_OR_LEAVE
+            if (
+                woken_to_compete
+                and mode == QUEUE
+                and not plan.replicas
+                and alive_until - LIVENESS_SLACK - sent_at > MIN_BLOCK
+            ):
+                mode = RETRY
+            woken_to_compete = False
             flags = _flags(plan)
             if (
                 mode != QUEUE
@@ -225,11 +242,18 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             # Wake at the latest when the wait ends, or when the holder's lease does (it may
             # have died without releasing): then the time must be kept exactly. And by the
             # time the waiter ahead of us is counted dead, give or take the server's timer.
-            block, exact = _block(min(remaining, hint), min(ahead_until - sent_at, BLOCK_CAP))
-            together = mode == QUEUE and not plan.replicas
+            loose = min(ahead_until - sent_at, BLOCK_CAP)
+            if mode == RETRY:  # (blocked no longer than the queue counts us alive, less a slack)
+                loose = min(loose, alive_until - LIVENESS_SLACK - sent_at)
+            block, exact = _block(min(remaining, hint), loose)
+            together = mode in (QUEUE, RETRY) and not plan.replicas
             if together:
                 flags += "b"
-            liveness = (block if mode == QUEUE else 0.0) + LIVENESS_SLACK
+            if mode == RETRY:
+                liveness = alive_until - sent_at  # (if our entry is gone, a join with it)
+            else:
+                liveness = (block if mode == QUEUE else 0.0) + LIVENESS_SLACK
+                alive_until = sent_at + liveness
             join_keys, args = keys.join_call(plan, mode, flags, int(liveness * 1000))
             join = Eval(
                 keys.JOIN, join_keys, args,
@@ -274,11 +298,12 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             hint = pttl / 1000 + 0.001 if pttl > 0 else BLOCK_CAP
             joined = joined_us(reply)
             ahead = ahead_ms(reply)
-            ahead_until = sent_at + ahead / 1000 + 0.001 if ahead > 0 else math.inf
+            if mode != RETRY or ahead > 0:  # (a RETRY that kept our place says nothing of it)
+                ahead_until = sent_at + ahead / 1000 + 0.001 if ahead > 0 else math.inf
             holder = holder or reply[2] or None
             if not together and plan.on_holder is not None and reply[2]:
                 plan.on_holder(plan, reply[2])  # (together: queued_now told it already)
-            if mode != QUEUE:
+            if mode not in (QUEUE, RETRY):
                 queued = False
                 return NotAcquired(holder, pttl)
             queued = True
@@ -305,7 +330,8 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                 # until our liveness deadline at the latest: it runs at least that long from
                 # when we sent the join, whatever the message says of the time it was handed.
                 granted.lease_ms = max(
-                    granted.lease_ms, min(plan.lease_ms, HANDOFF_MS, int(liveness * 1000))
+                    granted.lease_ms,
+                    min(plan.lease_ms, HANDOFF_MS, int((alive_until - sent_at) * 1000)),
                 )
                 if granted.done:
                     return (yield from _result_instead(plan, granted))
@@ -314,15 +340,17 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
                     granted = Acquired(granted.fence, plan.lease_ms, clock(), granted.next_token,
                                        granted.done)  # fmt: skip
                 return granted
+            # (None: the block ran out; empty: fair=False, the lock was left free for us.)
+            woken_to_compete = plan.unfair and message is not None
     except GeneratorExit:
         if queued:  # closed by its owner: nothing more may be sent
-            plan.strayed(plan, token, sent_at + liveness)
+            plan.strayed(plan, token, alive_until)
         raise
     except BaseException as error:
         if queued and (plan.unreachable(error) or not (yield from _leave(plan))):
             # Counted alive for the rest of its liveness, unless this process steps it out
             # at its next acquisition of this lock (``strays``).
-            plan.strayed(plan, token, sent_at + liveness)
+            plan.strayed(plan, token, alive_until)
         raise
 
 

@@ -82,9 +82,8 @@ class Bookkeeping:
         # When an acquisition through this object last had to wait: for a while after, the
         # next one joins the queue at once instead of first trying a bare SET that would fail.
         self._contended_at = -math.inf
-        # fair=False: the waiter its latest release woke (first in line, and there still when it
-        # lost the race: it joins again in its place), whom the next release expects, so that
-        # the script wakes it itself instead of asking for a round trip more ('': none known).
+        # fair=False: the waiter its latest release woke (first in line still, if it lost the
+        # race), whom the next release expects: the script wakes it, not a round trip more.
         self._first_waiter = ""
 
     @property
@@ -309,8 +308,7 @@ class Bookkeeping:
         return None if hold is None or hold.releasing_since is None else self.release_step(None, 0)
 
     def released(self, step: Step, code: int, first: str = "") -> None:
-        """A release's outcome (``drivers.release``): ``code``, and the ``first`` waiter it
-        handed the lock to or woke."""
+        """A release's ``code`` (``drivers.release``); ``first``: whom it handed to or woke."""
         if not self.fair:
             self._first_waiter = first
         owner, keys, hold = step.owner, step.keys, step.hold

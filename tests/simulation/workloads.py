@@ -100,10 +100,11 @@ def cast(sim: Simulation, workload: str, choices: Choices) -> None:
             # Every other plain client takes a free lock as Lock does (core/uncontended.py);
             # by its place, not by a draw: the schedules' draws stay as they were.
             role = replace(role, first="flat")
-        if workload == "lock" and sim.backend.queues and index == 2:
-            # The third: Lock(fair=False), a release.lua's. It never joins at once (its
-            # releases leave the lock free): a plain one takes a free lock flat.
-            first = "take" if role.first == "take" else "flat"
+        if workload == "lock" and sim.backend.queues and index in (1, 3):
+            # The second and the fourth: Lock(fair=False), release.lua's (two: one wakes the
+            # other to compete). It never joins at once (its releases leave the lock free): a
+            # plain one takes a free lock flat.
+            first = "take" if role.fencing or role.want_result else "flat"
             role = replace(role, fair=False, first=first)
             sim.ledger.locks[names[0]].unfair = True
         arrival = choices.pick((0, 0, 5, 400, 2500))

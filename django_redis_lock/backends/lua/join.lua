@@ -11,14 +11,17 @@
 -- ARGV[2]  lease length, ms
 -- ARGV[3]  our owner record (see lease.py)
 -- ARGV[4]  mode: 1 take it or queue; 2 take it or leave the queue (the wait is over);
---          3 leave the queue (interrupted)
+--          3 leave the queue (interrupted); 4 take it or keep our place as it is (fair=False,
+--          woken to compete for a free lock: our entry still counts us alive; if it is gone,
+--          as 1)
 -- ARGV[5]  flags: 'f' give a fencing token; 'd' answer with the result (KEYS[5]) if there is
 --          one; 'o' return the holder's lease value when not acquired; 'b' the caller blocks on
 --          its wake-up list right after this (same round trip): unless we queue it, push '' there
 --          so that the wait ends at once; 'j' as 'd', but only a result naming our token's job;
 --          'u' (fair=False) keep when we first queued in our entry ('@ms': a release hands the
 --          lease to a waiter that waited that long, release.lua)
--- ARGV[6]  how long the queue may count us alive without hearing from us, ms
+-- ARGV[6]  how long the queue may count us alive without hearing from us, ms (mode 4: what
+--          is left of it, should our entry be gone)
 -- ARGV[7...] optional: prefixes of lease values we take over as if the lock were free (our
 --          job's reservation, core/lease.py)
 --
@@ -28,8 +31,9 @@
 -- ('fence|lease_ms|done|µs|next waiter's token or ''', done '1' when the 'd' or 'j' flag's
 -- result is there); {0, pttl_ms, holder's lease value or false, ahead_ms, joined} when not
 -- (ahead_ms: when queued, how long until the first live waiter ahead of us is counted dead, 0
--- if none: we block no longer; joined: when queued, the server's time in µs: a wake-up message
--- handed before it is stale, see release.lua); {2, result} with the 'd' or 'j' flag when the
+-- if none: we block no longer; 0 for mode 4 keeping our place; joined: when queued or kept
+-- there, the server's time in µs: a wake-up message handed before it is stale, see
+-- release.lua); {2, result} with the 'd' or 'j' flag when the
 -- guarded work is done already.
 local token, mode, flags = ARGV[1], tonumber(ARGV[4]), ARGV[5]
 local lease, liveness = duration(ARGV[2]), duration(ARGV[6])
@@ -92,22 +96,25 @@ if not holder then
 end
 local pttl = redis.call('PTTL', KEYS[1])
 local ahead, joined = 0, false
-if mode == 1 then
+if mode == 1 or mode == 4 then
   local now, micros = server_time()
   joined = string.format('%.0f', micros)
-  local kept = flags
-  if string.find(flags, 'u', 1, true) then
-    local earlier = redis.call('HGET', KEYS[3], token)
-    kept = flags .. '@' .. ((earlier and string.match(earlier, '^%d+|[^|]*@(%d+)|')) or now)
+  if mode == 1 or redis.call('HEXISTS', KEYS[3], token) == 0 then
+    local kept = flags
+    if string.find(flags, 'u', 1, true) then
+      local earlier = redis.call('HGET', KEYS[3], token)
+      kept = flags .. '@' .. ((earlier and string.match(earlier, '^%d+|[^|]*@(%d+)|')) or now)
+    end
+    local entry = (now + liveness) .. '|' .. kept .. '|' .. ARGV[3]
+    -- Each key gets its expiry before the next command that could fail (a key of the wrong
+    -- type), and one longer than any waiter's liveness: it outlives the live waiters, not the
+    -- dead.
+    local joining = redis.call('HSET', KEYS[3], token, entry) == 1
+    redis.call('PEXPIRE', KEYS[3], QUEUE_TTL_MS)
+    if joining then redis.call('RPUSH', KEYS[2], token) end
+    redis.call('PEXPIRE', KEYS[2], QUEUE_TTL_MS)
+    ahead = ahead_ms(KEYS[2], KEYS[3], token, now)
   end
-  local entry = (now + liveness) .. '|' .. kept .. '|' .. ARGV[3]
-  -- Each key gets its expiry before the next command that could fail (a key of the wrong
-  -- type), and one longer than any waiter's liveness: it outlives the live waiters, not the dead.
-  local joining = redis.call('HSET', KEYS[3], token, entry) == 1
-  redis.call('PEXPIRE', KEYS[3], QUEUE_TTL_MS)
-  if joining then redis.call('RPUSH', KEYS[2], token) end
-  redis.call('PEXPIRE', KEYS[2], QUEUE_TTL_MS)
-  ahead = ahead_ms(KEYS[2], KEYS[3], token, now)
 else
   leave()
   unblock()
