@@ -93,12 +93,13 @@ def test_a_killed_holder_on_this_machine_passes_the_lock_on_at_once(redis_url, r
 
 
 @needs_proc
-def test_a_live_holder_is_looked_up_once_and_its_death_ends_its_latest_lease(
+def test_a_live_holder_is_looked_up_once_and_its_death_ends_the_lease_it_holds(
     redis_url, redis_client
 ):
     """Each join tells the watch whom it found holding the lock. A live holder on this machine
     is looked up once (its pidfd then tells of its death): later sightings, of any of its
-    leases, wake no thread, and only the latest lease seen of each lock is kept to be ended."""
+    leases, wake no thread. At its death, each lock it was seen holding is read: the lease it
+    holds is ended, whichever of its tokens was seen last."""
     keys = lock_keys("watched-once", "default")
     with _holder(redis_url, "watched-once") as holder:
         value = redis_client.get(keys.lease)
@@ -106,9 +107,8 @@ def test_a_live_holder_is_looked_up_once_and_its_death_ends_its_latest_lease(
         owner = process_of(token)
         deaths.seen("default", keys, value)
         wait_until(lambda: owner in deaths._settled, 10, "the watch to look the holder up")
-        earlier = value.replace(token.encode(), f"{owner}00000000".encode())
-        deaths.seen("default", keys, earlier)  # an earlier lease of the same lock...
-        deaths.seen("default", keys, value)  # ...and the latest: kept in its place
+        other = value.replace(token.encode(), f"{owner}00000000".encode())
+        deaths.seen("default", keys, other)  # another lease of the same lock, seen last
         assert not deaths._woken  # (a settled holder: its sightings wake nobody)
         os.kill(holder.pid, signal.SIGKILL)
         # Its lease (30 s, renewed: 20 s left at least) is ended by the watch, not by time.

@@ -234,7 +234,7 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             woken_to_compete = False
             flags = _flags(plan)
             if (
-                mode != QUEUE
+                mode not in (QUEUE, RETRY)
                 or plan.on_holder is not None
                 or (not contended and plan.report_holder())
             ):

@@ -9,10 +9,12 @@ process (same boot, same PID namespace) it looks the pid up: dead already, its l
 once; alive, it keeps a pidfd of it (Linux 5.3+), which the kernel makes readable the moment the
 process exits, and ends its leases then. Without pidfds, each later sighting looks again.
 
-Ending a lease is ``release.lua`` with the dead holder's token (``flows.release``): the lease
-goes to the first live waiter in line (who is woken), or is deleted; only if it is still that
-holder's. A Gunicorn or Celery worker killed by the OOM killer, a SIGKILL, a segfault: its
-locks pass on within a round trip. Nothing here ever ends a lease of a live process.
+Ending a lease: each lock the dead process was seen holding is read, and if a token of that
+process holds it (the one seen, or a later one), ``release.lua`` with that token
+(``flows.release``) hands it to the first live waiter in line (who is woken), or deletes it;
+only if it is still that token's. A Gunicorn or Celery worker killed by the OOM killer, a
+SIGKILL, a segfault: its locks pass on within two round trips. Nothing here ever ends a lease
+of a live process.
 """
 
 from __future__ import annotations
@@ -58,8 +60,8 @@ class _Process:
     record: ProcessRecord | None
     dead: bool = False
     pidfd: int | None = None
-    # The latest lease it was seen holding of each lock: lease key -> (alias, keys, token); an
-    # earlier lease of the same lock has ended (a lock has one holder at a time).
+    # The locks it was seen holding: lease key -> (alias, keys, the latest token seen), each
+    # read again when it dies.
     leases: dict[str, tuple[LockAlias, KeyLayout, str]] = field(default_factory=dict)
     seen_at: float = 0.0
     looked_at: float = 0.0  # when its record was last read (monotonic)
@@ -197,16 +199,23 @@ class _Deaths:
         selector.register(pidfd, selectors.EVENT_READ, process)
 
     def _died(self, selector: selectors.BaseSelector, process: _Process) -> None:
-        """``process`` is dead: end each lease it was seen holding (only if still its own)."""
+        """``process`` is dead: end its lease of each lock it was seen holding, if it holds
+        one still. The lease is read first: the process may have taken the lock again since it
+        was last seen (a new token, an unfair lock's releaser coming back), or let it go."""
         process.dead = True
         if process.pidfd is not None:
             selector.unregister(process.pidfd)
             os.close(process.pidfd)
             process.pidfd = None
         leases, process.leases = process.leases, {}
-        for alias, keys, token in leases.values():
+        for alias, keys, seen in leases.values():
+            backend = backend_of(alias)
             try:
-                code = run(flows.release(keys, token, "", cleanup=True), backend_of(alias))
+                token = holder_token(backend.send_request("GET", keys.lease))
+                if token is None or process_of(token) != process_of(seen):
+                    continue  # (let go, or another's now)
+                # (Only if the lease is that token's still, in the script: atomically.)
+                code = run(flows.release(keys, token, "", cleanup=True), backend)
             except RedisError as exc:
                 logger.warning("Could not end a dead holder's lease on %s: %s", keys.lease, exc)
                 continue
