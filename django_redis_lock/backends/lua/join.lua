@@ -99,7 +99,7 @@ local ahead, joined = 0, false
 if mode == 1 or mode == 4 then
   local now, micros = server_time()
   joined = string.format('%.0f', micros)
-  if mode == 1 or redis.call('HEXISTS', KEYS[3], token) == 0 then
+  if mode == 1 or not redis.call('HGET', KEYS[3], token) then
     local kept = flags
     if string.find(flags, 'u', 1, true) then
       local earlier = redis.call('HGET', KEYS[3], token)
