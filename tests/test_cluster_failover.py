@@ -611,7 +611,14 @@ def test_release_is_not_repeated_by_the_cluster_clients_retries(moving, new_lock
     finally:
         stall.join(5)
     if lock.token is not None:  # timed out: the retry the docs promise is quiet
-        lock.release()
+        # (On a loaded machine a new connection's handshake may itself outlast the 0.2 s
+        # socket timeout just after the stall: a release that times out may be retried.)
+        wait_until(lambda: answers_within(node, 0.05), what="the server to answer again")
+        for _ in range(5):
+            with contextlib.suppress(LockBackendError):
+                lock.release()
+                break
+    assert lock.token is None
     assert not lock.lost
     assert not node.client.exists(keys.lease)
 
