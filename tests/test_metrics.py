@@ -120,7 +120,12 @@ def test_a_forced_expiry_adds_one_loss_with_its_reason(prometheus, settings, red
     lock = Lock("nightly")
     lock.acquire()
     redis_client.delete(lock_keys("nightly", "default").lease)
-    wait_until(lambda: lock.lost, 10, "the loss noticed by renewal")
+    # (Counted after ``lost`` turns True, on the watchdog's thread: waited for.)
+    wait_until(
+        lambda: sample("redis_lock_lost_total", **labels) - before >= 1, 10,
+        "the loss noticed by renewal, and counted",
+    )  # fmt: skip
+    assert lock.lost
     assert sample("redis_lock_lost_total", **labels) - before == 1
 
 

@@ -39,12 +39,14 @@ def test_execute_many_returns_errors_in_place(redis_client):
 
 
 def test_batched_renewal_survives_script_flush(settings, redis_client):
-    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    # (A 1 s lease, renewed a third of the way: 0.67 s to spare for a renewal that reloads the
+    # script. With 0.3 s, a loaded 2-core machine's stalls sometimes outlasted the 0.2 s left.)
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 1.0
     with Lock("flushed-a") as a, Lock("flushed-b") as b:
         redis_client.script_flush()
         for _ in range(3):  # three leases: renewals must have reloaded the script
             assert a.owned()
             assert b.owned()
-            time.sleep(0.3)
+            time.sleep(1.0)
         assert not a.lost
         assert not b.lost

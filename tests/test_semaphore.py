@@ -146,7 +146,9 @@ def test_renewed_while_held_and_loss_is_reported(redis_client, settings):
         score = redis_client.zscore(holders, semaphore.token)
         wait_until(lambda: redis_client.zscore(holders, semaphore.token) > score, 5, "renewal")
         redis_client.zrem(holders, semaphore.token)  # force-released behind its back
-        wait_until(lambda: semaphore.lost, 5, "the loss noticed by renewal")
+        # (The signal is sent after ``lost`` turns True, on the watchdog's thread: waited for.)
+        wait_until(lambda: lost, 5, "the loss noticed by renewal, and signalled")
+        assert semaphore.lost
         with pytest.raises(LockLost):
             semaphore.ensure_held()
         with pytest.raises(LockNotOwned):
