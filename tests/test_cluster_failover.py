@@ -818,8 +818,12 @@ def test_killed_primary_replaced_by_its_replica_keeps_a_replicated_lock(
     assert all(
         "ConnectionError" in str(error) or "CLUSTERDOWN" in str(error) for error in seen.errors
     ), {str(error) for error in seen.errors}
-    assert waiter_errors.errors  # the blocked waiter's connection died with the primary
-    assert "ConnectionError" in str(waiter_errors.errors[0])
+    # The blocked waiter's connection died with the primary: its next try failed at once, unless
+    # the slot map this process shares had found the new primary by then (owned()'s retries, on
+    # this thread, race it there: either way is right; a hang or another error is not).
+    assert all("ConnectionError" in str(error) for error in waiter_errors.errors), {
+        str(error) for error in waiter_errors.errors
+    }
     assert held_on(replica, name) == lock.token
     # Renewal resumes on the new primary: the lease grows back towards its 10 s.
     wait_until(lambda: lock.ttl() > 9.0, timeout=3, what="a renewal on the new primary")
