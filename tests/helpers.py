@@ -4,9 +4,11 @@ import os
 import select
 import shutil
 import socket
+import threading
 import urllib.parse
 from typing import Any
 
+from django_redis_lock import Lock
 from django_redis_lock.backends.acl import OPTIONAL_COMMANDS
 
 
@@ -195,3 +197,19 @@ def keys_left(client, pattern: str = "*") -> list:
     """The keys matching ``pattern``, but for the processes' records (``{!process}``, kept an
     hour whether a lock is held or not: core/processes.py): what locks left behind."""
     return [key for key in client.keys(pattern) if b"{!process}" not in key]
+
+
+def hold_in_thread(name: str, timeout: float = 30) -> tuple[threading.Event, threading.Thread]:
+    """Hold ``Lock(name, timeout=timeout)`` in another thread until the returned event is set
+    (30 s at most); returns once it is held."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with Lock(name, timeout=timeout):
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert held.wait(10)
+    return release, thread

@@ -18,6 +18,7 @@ from django.core.management.base import CommandError
 from django_redis_lock import AlreadyRunning, Lock
 from django_redis_lock.management import lines
 from tests.conftest import django_redis_caches
+from tests.helpers import hold_in_thread
 from tests.testapp.management.commands import lose_lock_job, quick_job
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,21 +97,6 @@ def test_run_locked_guards_a_stock_command(redis_url):
 
 
 # -- in-process (call_command) -----------------------------------------------------------
-
-
-def hold_in_thread(name: str):
-    """Hold ``name`` in another thread until the returned event is set."""
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
-        with Lock(name, timeout=30):
-            held.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    assert held.wait(10)
-    return release, thread
 
 
 def test_call_command_raises_already_running_with_the_configured_code(settings):

@@ -27,7 +27,7 @@ from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.primitives.renewal import renewer
 from tests import workers
 from tests.conftest import django_redis_caches
-from tests.helpers import wait_until
+from tests.helpers import hold_in_thread, wait_until
 
 
 @pytest.fixture
@@ -185,16 +185,7 @@ def _handed(name: str, redis_client) -> Lock:
     lease a release hands a waiter (release.lua): another thread held it, and released it once
     this one was queued. Call with the watchdog's condition held: its look is the test's."""
     keys = lock_keys(name, "default")
-    held, release = threading.Event(), threading.Event()
-
-    def holder() -> None:
-        with Lock(name, timeout=10):
-            held.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    assert held.wait(10)
+    release, thread = hold_in_thread(name, timeout=10)
     lock = Lock(name, timeout=10, wait=10)
     threading.Timer(0, lambda: (
         wait_until(lambda: redis_client.llen(keys.queue) == 1, 10, "this thread to queue"),
