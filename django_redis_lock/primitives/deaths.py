@@ -57,12 +57,12 @@ class _Process:
     """A holder's process, as far as this one knows it: its record (None: none to be had),
     whether it is dead, and a pidfd while it is alive."""
 
+    owner: str  # its process id, which its tokens start with
     record: ProcessRecord | None
     dead: bool = False
     pidfd: int | None = None
-    # The locks it was seen holding: lease key -> (alias, keys, the latest token seen), each
-    # read again when it dies.
-    leases: dict[str, tuple[LockAlias, KeyLayout, str]] = field(default_factory=dict)
+    # The locks it was seen holding: lease key -> (alias, keys), each read when it dies.
+    leases: dict[str, tuple[LockAlias, KeyLayout]] = field(default_factory=dict)
     seen_at: float = 0.0
     looked_at: float = 0.0  # when its record was last read (monotonic)
 
@@ -74,9 +74,8 @@ class _Deaths:
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
-        # Sightings the thread has not taken yet: (owner, lease key) -> (alias, keys, token),
-        # the latest of each.
-        self._new: dict[tuple[str, str], tuple[LockAlias, KeyLayout, str]] = {}
+        # Sightings the thread has not taken yet: (owner, lease key) -> (alias, keys).
+        self._new: dict[tuple[str, str], tuple[LockAlias, KeyLayout]] = {}
         # The owners whose next sightings need not wake the thread: watched by a pidfd (whose
         # exit wakes it), elsewhere, this very process, or without a record for now. It takes
         # their sightings at its next look.
@@ -97,7 +96,7 @@ class _Deaths:
         if token is None or owner is None:
             return
         with self._lock:
-            self._new[owner, keys.lease] = (alias, keys, token)
+            self._new[owner, keys.lease] = (alias, keys)
             waking = owner not in self._settled and not self._woken
             self._woken = self._woken or waking
             if self._thread is None or not self._thread.is_alive():
@@ -121,11 +120,12 @@ class _Deaths:
         events: list[Any] = []
         while True:
             try:
-                # The sightings first: a holder that died is then ended with its latest leases.
+                # The sightings first: a holder that died then has every lock it was seen
+                # holding read.
                 with self._lock:
                     new, self._new, self._woken = self._new, {}, False
-                for (owner, _), (alias, keys, token) in new.items():
-                    self._sighted(selector, watched, alias, keys, token, owner)
+                for (owner, _), (alias, keys) in new.items():
+                    self._sighted(selector, watched, alias, keys, owner)
                 for key, _ in events:
                     if key.data is None:
                         os.read(self._wake_read, 4096)
@@ -142,12 +142,12 @@ class _Deaths:
 
     def _sighted(
         self, selector: selectors.BaseSelector, watched: dict[str, _Process], alias: LockAlias,
-        keys: KeyLayout, token: str, owner: str,
+        keys: KeyLayout, owner: str,
     ) -> None:  # fmt: skip
         now = time.monotonic()
         process = watched.get(owner)
         if process is None:
-            process = watched[owner] = _Process(self._record(alias, owner), looked_at=now)
+            process = watched[owner] = _Process(owner, self._record(alias, owner), looked_at=now)
         elif process.record is None and now - process.looked_at > RECORD_AGAIN:
             process.record, process.looked_at = self._record(alias, owner), now
         process.seen_at = now
@@ -155,7 +155,7 @@ class _Deaths:
         if record is None or record.place != processes.here() or record.pid == os.getpid():
             self._settle(owner)  # (nothing to know of it from here, or it is this very process)
             return
-        process.leases[keys.lease] = (alias, keys, token)
+        process.leases[keys.lease] = (alias, keys)
         if process.dead:
             self._died(selector, process)
         elif process.pidfd is None:  # (watched by its pidfd: its exit tells)
@@ -203,16 +203,17 @@ class _Deaths:
         one still. The lease is read first: the process may have taken the lock again since it
         was last seen (a new token, an unfair lock's releaser coming back), or let it go."""
         process.dead = True
+        self._unsettle(process.owner)  # (its later sightings wake us: each lease is ended)
         if process.pidfd is not None:
             selector.unregister(process.pidfd)
             os.close(process.pidfd)
             process.pidfd = None
         leases, process.leases = process.leases, {}
-        for alias, keys, seen in leases.values():
+        for alias, keys in leases.values():
             backend = backend_of(alias)
             try:
                 token = holder_token(backend.send_request("GET", keys.lease))
-                if token is None or process_of(token) != process_of(seen):
+                if token is None or process_of(token) != process.owner:
                     continue  # (let go, or another's now)
                 # (Only if the lease is that token's still, in the script: atomically.)
                 code = run(flows.release(keys, token, "", cleanup=True), backend)
@@ -237,8 +238,6 @@ class _Deaths:
                 self._unsettle(owner)
             elif process.record is None and now - process.looked_at > RECORD_AGAIN:
                 self._unsettle(owner)  # its next sighting wakes us to read its record again
-            elif process.dead:
-                self._unsettle(owner)
 
 
 deaths = _Deaths()
