@@ -289,8 +289,8 @@ class Bookkeeping:
         if result is not None:
             keep = (result, durations.milliseconds(result_ttl))
         request = uncontended.release_request(
-            keys, hold.token, hold.next_token or (self._first_waiter if not self.fair else ""),
-            keep, unfair_ms=0 if self.fair else uncontended.STARVATION_BOUND_MS,
+            keys, hold.token, hold.next_token or self._first_waiter, keep,
+            unfair_ms=0 if self.fair else uncontended.STARVATION_BOUND_MS,
         )  # fmt: skip
         return Step(owner, alias, keys, hold, earlier_ran=earlier_ran, request=request)
 

@@ -80,11 +80,11 @@ def _grown_up(
         if not renewer.take_back(hold):
             return  # (taken back by stop(): it ended)
         if hold.count > 0 and hold.releasing_since is None and hold.lost_reason is None:
-            extended = hold.lease_ends_at != sent_at + granted  # (Bookkeeping.extended)
-            if extended and until is not None:
+            was_extended = hold.lease_ends_at != sent_at + granted  # (by extended())
+            if was_extended and until is not None:
                 return  # a lease of fixed length, lengthened by the extension: as it asked
             renewal = _lease(hold, owner, alias, keys, lease, until, title, report_lost)
-            if extended:
+            if was_extended:
                 renewal.confirmed(hold.lease_ends_at - hold.lease, hold.lease)
             else:
                 renewal.confirmed(sent_at, granted)
