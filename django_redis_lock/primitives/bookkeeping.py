@@ -387,15 +387,8 @@ class Bookkeeping:
         reports.lost(self.reported, time.monotonic() - hold.acquired_at, reason)
 
     def lost_error(self, hold: Hold) -> LockLost:
-        return LockLost(
-            f"Lock {self.name!r} was lost while held: {hold.lost_reason}.", name=self.name
-        )
+        return errors.lost_error(self.name, hold.lost_reason)
 
     def exit_error(self, hold: Hold | None, exc: BaseException | None, error: LockError) -> None:
-        """A release at the end of a ``with`` block failed: say so without hiding ``exc``."""
-        if exc is not None:
-            logger.exception("Could not release lock %r after an error", self.name)
-        elif isinstance(error, LockNotOwned) and hold is not None:
-            raise self.lost_error(hold) from error
-        else:
-            raise error
+        """A release at the end of a ``with`` block failed: ``errors.exit_error``."""
+        errors.exit_error(self.name, hold, exc, error)

@@ -1,8 +1,10 @@
-"""The error a caller gets when Redis failed an operation on a lock: the cause in its words
+"""The errors a caller gets: when Redis failed an operation on a lock, the cause in its words
 (a lost connection, a write too few replicas confirmed, a command the server refused), and
-what to do about it."""
+what to do about it; and when a hold was found lost."""
 
 from __future__ import annotations
+
+import logging
 
 from redis.exceptions import ResponseError
 
@@ -15,9 +17,12 @@ from ..backends.acl import (
 )
 from ..core.durations import readable
 from ..core.flows import Unconfirmed, WaitRefused
-from ..exceptions import CommandRefused, LockBackendError
+from ..exceptions import CommandRefused, LockBackendError, LockError, LockLost, LockNotOwned
+from .holds import Hold
 
-__all__ = ["backend_error", "command_refused"]
+__all__ = ["backend_error", "command_refused", "exit_error", "lost_error"]
+
+logger = logging.getLogger("django_redis_lock")
 
 
 def backend_error(
@@ -74,3 +79,19 @@ def command_refused(name: str, action: str, command: str, reply: str) -> Command
         command=command_name,
         needed_for=needed,
     )
+
+
+def lost_error(name: str, reason: str | None) -> LockLost:
+    """The error for a hold of lock ``name`` found lost (``reason``: why)."""
+    return LockLost(f"Lock {name!r} was lost while held: {reason}.", name=name)
+
+
+def exit_error(name: str, hold: Hold | None, exc: BaseException | None, error: LockError) -> None:
+    """A release at the end of a ``with`` block on lock ``name`` (``hold``: what it held, if
+    anything) failed with ``error``: say so without hiding ``exc``, the block's own error."""
+    if exc is not None:
+        logger.exception("Could not release lock %r after an error", name)
+    elif isinstance(error, LockNotOwned) and hold is not None:
+        raise lost_error(name, hold.lost_reason) from error
+    else:
+        raise error
