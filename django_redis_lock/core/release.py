@@ -17,6 +17,7 @@ __all__ = [
     "extend",
     "give_back",
     "release",
+    "release_telling_first",
     "text",
 ]
 
@@ -68,16 +69,37 @@ def release(
     the one we think is first). ``result``: kept ``result_ttl_ms`` for duplicates;
     ``unfair_ms``: see ``uncontended.release_request``. Returns
     0 (released), -1 (not ours: nothing touched) or -2 (the key is not a lock)."""
+    code, _ = yield from release_telling_first(
+        keys, token, expected, result=result, result_ttl_ms=result_ttl_ms,
+        unfair_ms=unfair_ms, reply_timeout=reply_timeout, cleanup=cleanup,
+    )  # fmt: skip
+    return code
+
+
+def release_telling_first(
+    keys: KeyLayout,
+    token: str,
+    expected: str,
+    *,
+    result: bytes | None = None,
+    result_ttl_ms: int = 0,
+    unfair_ms: int = 0,
+    reply_timeout: float | None = None,
+    cleanup: bool = False,
+) -> Flow:
+    """:func:`release`, returning its code and the first waiter it handed the lease to or woke
+    ('': none), whom a ``fair=False`` lock's next release expects (as ``drivers.release``
+    does for the primitives)."""
     keep = (result, result_ttl_ms) if result is not None else ()
     reply = yield release_request(
         keys, token, expected, keep, unfair_ms=unfair_ms, reply_timeout=reply_timeout,
         cleanup=cleanup,
     )  # fmt: skip
-    code, wake, _ = released(keys, reply)
+    code, wake, first = released(keys, reply)
     if wake:
         with contextlib.suppress(Exception):
             yield Pipeline(wake, cleanup=True)
-    return code
+    return code, first
 
 
 def extend(

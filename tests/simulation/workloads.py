@@ -9,7 +9,6 @@ told it lost the lease), as the library's lock objects would act on the same out
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,13 +26,11 @@ from django_redis_lock.core.lease import (
 )
 from django_redis_lock.core.many import take_in_order
 from django_redis_lock.core.permits import PermitKeys
-from django_redis_lock.core.release import give_back
-from django_redis_lock.core.requests import Command, Pipeline, Request, Sleep
+from django_redis_lock.core.release import give_back, release_telling_first
+from django_redis_lock.core.requests import Command, Request, Sleep
 from django_redis_lock.core.uncontended import (
     STARVATION_BOUND_MS,
     learnt_late,
-    release_request,
-    released,
     reply_budget,
     take_free,
 )
@@ -326,17 +323,13 @@ def _release_unfair(sim: Simulation, held: tuple[Any, Hold, Acquired], first_wai
     to or woke."""
     keys, hold, outcome = held
     sim.ledger.releasing(hold)
-    request = release_request(
-        keys, hold.token, outcome.next_token or first_waiter, unfair_ms=STARVATION_BOUND_MS
-    )
     try:
-        code, wake, first = released(keys, (yield request))
+        code, first = yield from release_telling_first(
+            keys, hold.token, outcome.next_token or first_waiter, unfair_ms=STARVATION_BOUND_MS
+        )
     except Exception:  # (the Lock raises LockBackendError; the lease runs out)
         sim.ledger.ended(hold)
         return first_waiter
-    if wake:
-        with contextlib.suppress(Exception):
-            yield Pipeline(wake, cleanup=True)
     sim.ledger.released(hold, code)
     return first
 
