@@ -225,6 +225,7 @@ def test_a_waiter_is_told_when_the_live_waiter_ahead_of_it_is_counted_dead(redis
     first = _join(redis_client, keys, "first", "", liveness_ms=2500)
     assert first[0] == 0
     assert int(first[3]) == 0
+    assert 9_000 < int(first[1]) <= 10_000  # first in line: the holder's lease is what it waits on
     deadline = int(redis_client.hget(keys.waiters, "first").split(b"|", 1)[0])
     # (Read before the join: the join's own clock is no earlier, however loaded the machine.)
     seconds, micros = redis_client.time()
@@ -233,6 +234,7 @@ def test_a_waiter_is_told_when_the_live_waiter_ahead_of_it_is_counted_dead(redis
     assert second[0] == 0
     assert 0 < int(second[3]) <= deadline - now  # its block ends by then
     assert int(second[3]) <= 2500
+    assert int(second[1]) == 0  # (not read: should the lease end, the first takes the lock)
     # A waiter ahead whose deadline passed already is passed over: the one after it counts.
     redis_client.hset(keys.waiters, "first", b"1|" + RECORD.encode())
     third = _join(redis_client, keys, "third", "")

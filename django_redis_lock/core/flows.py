@@ -294,6 +294,8 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             if code == 2:
                 queued = False
                 return Done(reply[1])
+            # (0 when a live waiter is ahead of us: the join did not read the holder's lease,
+            # which that waiter takes over should it end; we look again by its deadline.)
             pttl = int(reply[1])
             hint = pttl / 1000 + 0.001 if pttl > 0 else BLOCK_CAP
             joined = joined_us(reply)

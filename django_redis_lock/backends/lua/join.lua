@@ -31,7 +31,8 @@
 -- ('fence|lease_ms|done|µs|next waiter's token or ''', done '1' when the 'd' or 'j' flag's
 -- result is there); {0, pttl_ms, holder's lease value or false, ahead_ms, joined} when not
 -- (ahead_ms: when queued, how long until the first live waiter ahead of us is counted dead, 0
--- if none: we block no longer; 0 for mode 4 keeping our place; joined: when queued or kept
+-- if none: we block no longer; 0 for mode 4 keeping our place; pttl_ms: the holder's lease's
+-- PTTL, or 0 when ahead_ms is not (not read: see below); joined: when queued or kept
 -- there, the server's time in µs: a wake-up message handed before it is stale, see
 -- release.lua); {2, result} with the 'd' or 'j' flag when the
 -- guarded work is done already.
@@ -94,7 +95,6 @@ if not holder then
   unblock()
   return {1, fence, lease, ''}
 end
-local pttl = redis.call('PTTL', KEYS[1])
 local ahead, joined = 0, false
 if mode == 1 or mode == 4 then
   local now, micros = server_time()
@@ -119,5 +119,9 @@ else
   leave()
   unblock()
 end
+-- The holder's lease matters to us only when no live waiter is ahead: that one takes the
+-- lock should the lease end without a release (and we look again by its liveness deadline).
+local pttl = 0
+if ahead == 0 then pttl = redis.call('PTTL', KEYS[1]) end
 if string.find(flags, 'o', 1, true) then return {0, pttl, holder, ahead, joined} end
 return {0, pttl, false, ahead, joined}
