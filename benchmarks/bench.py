@@ -717,6 +717,7 @@ def contend(
     go.wait(timeout=120)
     counter.reset()
     started = time.monotonic()
+    cpu_started = time.process_time()  # (every thread's: a renewal or watch thread's too)
     deadline = started + seconds
     cycles: list[tuple[float, float, float, float]] = []
     overlaps = timeouts = 0
@@ -737,9 +738,11 @@ def contend(
         releasing = time.monotonic()
         handle.release()
         cycles.append((asked, got, releasing, time.monotonic()))
+    cpu = time.process_time() - cpu_started
     counter.uninstall()
     return {
         "started": started,
+        "cpu": cpu,
         "cycles": cycles,
         "overlaps": overlaps,
         "timeouts": timeouts,
@@ -770,6 +773,8 @@ class Contended:
     redis_commands: float = 0.0
     command_mix: dict[str, float] = field(default_factory=dict)
     server_cpu_us: float = 0.0  # per acquisition, critical section included
+    # The contending processes' CPU per acquisition (every thread's), critical section included.
+    client_cpu_us: float = 0.0
     critical_section_ms: float = 0.0  # median measured duration
     overlaps: int = 0
     lost_updates: int = 0
@@ -822,6 +827,7 @@ def summarize_contended(
         own_round_trips=next((r.get("own_round_trips") for r in reports.values()), None),
         work_requests=work_requests / max(1, total),
         server_cpu_us=cpu_seconds * 1e6 / max(1, total),
+        client_cpu_us=sum(report["cpu"] for report in reports.values()) * 1e6 / max(1, total),
         overlaps=sum(report["overlaps"] for report in reports.values()),
         lost_updates=total - counter_value,
         timeouts=sum(report["timeouts"] for report in reports.values()),
@@ -1539,6 +1545,7 @@ def contended_cost_table(results: Results) -> list[str]:
         "Redis commands/acq (incl. Lua)",
         "critical section requests/acq",
         "server CPU µs/acq",
+        "client CPU µs/acq",
         "critical section median ms",
         "overlaps",
         "lost updates",
@@ -1551,6 +1558,7 @@ def contended_cost_table(results: Results) -> list[str]:
             _redis_cost_cell(r.redis_commands, 2, r.lock_server),
             _f(r.work_requests, 2),
             _redis_cost_cell(r.server_cpu_us, 1, r.lock_server),
+            _f(r.client_cpu_us, 1),
             _f(r.critical_section_ms, 3),
             str(r.overlaps),
             str(r.lost_updates),
@@ -1581,6 +1589,7 @@ def crowd_table(results: Results) -> list[str]:
         "lock requests/acq",
         "Redis commands/acq (incl. Lua)",
         "server CPU µs/acq",
+        "client CPU µs/acq",
         "overlaps",
         "lost updates",
         "timeouts",
@@ -1592,6 +1601,7 @@ def crowd_table(results: Results) -> list[str]:
             _lock_requests_cell(r.lock_requests, r.own_round_trips, r.lock_server),
             _redis_cost_cell(r.redis_commands, 2, r.lock_server),
             _redis_cost_cell(r.server_cpu_us, 1, r.lock_server),
+            _f(r.client_cpu_us, 1),
             str(r.overlaps),
             str(r.lost_updates),
             str(r.timeouts),
