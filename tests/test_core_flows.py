@@ -13,6 +13,7 @@ import pytest
 from django_redis_lock.core import flows
 from django_redis_lock.core.lease import OwnerRecord, decode_lease, encode_lease, held_by
 from django_redis_lock.core.requests import Block, Command, Eval, Pipeline, Sleep
+from django_redis_lock.core.uncontended import LOST_RACE_RETRY_MS
 
 KEYS = flows.LockKeys.of("lock:{job}")
 RECORD = OwnerRecord(10, 42, "host", "MainThread", label="a|b%c").encode()
@@ -283,10 +284,22 @@ def test_an_unfair_waiter_woken_to_compete_keeps_its_place_while_the_queue_count
     assert isinstance(retry, Block)
     assert retry.first.args[3] == flows.RETRY
     assert retry.first.args[5] == int((alive_until - clock.now) * 1000)  # what is left of it
-    assert retry.seconds == pytest.approx(alive_until - flows.LIVENESS_SLACK - clock.now)
+    # Should it lose the race, it asks again on its own that soon (releases leave it be).
+    assert retry.seconds == pytest.approx(LOST_RACE_RETRY_MS / 1000)
+    assert not retry.exact
     clock.now += 0.1
     again = flow.send(([0, 9000, False, 0, b"2"], None))  # lost the race; the block ran out
     assert again.first.args[3] == flows.QUEUE  # in full, with a liveness of its own
+    alive_until = clock.now + (flows.BLOCK_CAP + flows.LIVENESS_SLACK)
+    clock.now += 0.2
+    retry = flow.send(([0, 9000, False, 0, b"2"], b""))  # woken again, close to its deadline
+    clock.now = alive_until - flows.LIVENESS_SLACK - 0.003
+    retry = flow.send(([0, 9000, False, 0, b"3"], b""))
+    assert retry.first.args[3] == flows.RETRY
+    assert retry.seconds == pytest.approx(0.003)  # no longer than the queue counts it alive
+    clock.now += 0.003
+    again = flow.send(([0, 9000, False, 0, b"4"], None))
+    assert again.first.args[3] == flows.QUEUE
     clock.now += 0.2
     retry = flow.send(([0, 9000, False, 0, b"3"], b""))
     assert retry.first.args[3] == flows.RETRY

@@ -128,6 +128,30 @@ def test_the_simulation_finds_a_deliberate_bug(
     pytest.fail(f"{mutation!r} went unnoticed in {bound} schedules")
 
 
+def test_the_simulation_finds_an_unfair_waiter_that_does_not_ask_again_soon(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mark of a waiter that lost the race for a free lock (fair=False) says it asks again
+    by LOST_RACE_RETRY_MS, and releases leave the lock free without waking it until then: a
+    waiter that blocked as long as ever after it (a flow's bug, not a script's) would leave
+    the lock idle with a live waiter in line, which the ledger notices. (A search from 0
+    finds it at seed 1,629.)"""
+    monkeypatch.setattr(flows, "LOST_RACE_RETRY_MS", 1000)
+    world = ServerWorld(redis_url, simulated_scripts())
+    try:
+        for seed in range(1_600, 10_000):
+            try:
+                run_schedule(world, "lock", SeededChoices(seed), FAULTS_ON)
+            except SimulationFailed as failed:
+                noticed = failed.violation.message
+                break
+        else:
+            pytest.fail("a waiter blocking past its mark went unnoticed in 10,000 schedules")
+    finally:
+        world.stop()
+    assert "was left free" in noticed
+
+
 # -- defects the simulation found ------------------------------------------------------------
 
 

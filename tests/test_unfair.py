@@ -5,6 +5,7 @@ threads."""
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -12,7 +13,11 @@ from django_redis_lock import Lock
 from django_redis_lock.backends.scripts import JOIN, RELEASE
 from django_redis_lock.core import flows
 from django_redis_lock.core.lease import OwnerRecord
-from django_redis_lock.core.uncontended import STARVATION_BOUND_MS, release_request
+from django_redis_lock.core.uncontended import (
+    LOST_RACE_RETRY_MS,
+    STARVATION_BOUND_MS,
+    release_request,
+)
 from django_redis_lock.primitives.keys import lock_keys
 from tests.helpers import keys_without_ttl, wait_until
 
@@ -127,7 +132,8 @@ def test_a_retry_keeps_the_waiters_place_takes_a_free_lock_and_requeues_a_lost_e
     redis_client,
 ):
     """join.lua's RETRY (a waiter woken to compete for a free lock, fair=False): while the
-    lock is held, the waiter's entry and place are left as they are; once the entry is gone
+    lock is held, the waiter keeps its place and its entry (but for the mark saying it lost the
+    race, see the test below); once the entry is gone
     (counted dead), it queues again as a join does; and a free lock is taken, the waiter
     leaving the line, and its block ended at once."""
     keys = lock_keys("unfair-retry", "default")
@@ -139,7 +145,10 @@ def test_a_retry_keeps_the_waiters_place_takes_a_free_lock_and_requeues_a_lost_e
     assert reply[0] == 0
     assert reply[3] == 0  # (says nothing of the waiter ahead)
     assert int(reply[4]) > 0  # when, by the server's clock: a message handed before is stale
-    assert redis_client.hget(keys.waiters, "waiter") == entry  # untouched
+    deadline, flags, record = redis_client.hget(keys.waiters, "waiter").split(b"|", 2)
+    assert (deadline, flags.split(b"~")[0] + b"@" + flags.split(b"@")[1], record) == tuple(
+        entry.split(b"|", 2)
+    )  # the same but for the mark  # fmt: skip
     assert redis_client.lrange(keys.queue, 0, -1) == [b"first", b"waiter"]
     redis_client.hdel(keys.waiters, "waiter")
     redis_client.lrem(keys.queue, 1, "waiter")
@@ -151,4 +160,51 @@ def test_a_retry_keeps_the_waiters_place_takes_a_free_lock_and_requeues_a_lost_e
     assert redis_client.get(keys.lease).startswith(b"waiter|")
     assert redis_client.lrange(keys.queue, 0, -1) == [b"first"]
     assert redis_client.lrange(keys.wake("waiter"), 0, -1) == [b""]  # its block ends at once
+    assert keys_without_ttl(redis_client) == []
+
+
+def _server_ms(client: Any) -> int:
+    seconds, micros = client.time()
+    return seconds * 1000 + micros // 1000
+
+
+def test_a_waiter_that_lost_the_race_is_left_to_ask_again_on_its_own(redis_client):
+    """A RETRY that finds the lock taken (the releaser came back first) marks the waiter's
+    entry: it asks again on its own by LOST_RACE_RETRY_MS from now (its block is that short,
+    flows.py). A release until then leaves the lock free without waking it again, nor anyone
+    behind it; once the mark has passed, a release wakes it as before; a starved waiter is
+    handed the lock whatever its mark says."""
+    keys = lock_keys("unfair-lost-race", "default")
+    _hold(redis_client, keys, "holder")
+    assert _queue(redis_client, keys, "waiter")[0] == 0
+    assert _queue(redis_client, keys, "behind")[0] == 0
+    before = _server_ms(redis_client)
+    assert _retry(redis_client, keys, "waiter")[0] == 0  # lost: the holder has it
+    flags = redis_client.hget(keys.waiters, "waiter").split(b"|")[1]
+    mark = int(flags.split(b"~")[1].split(b"@")[0])
+    assert before + LOST_RACE_RETRY_MS <= mark <= _server_ms(redis_client) + LOST_RACE_RETRY_MS
+    assert _release(redis_client, keys, "holder", "waiter", STARVATION_BOUND_MS) == [1, b"waiter"]
+    assert redis_client.get(keys.lease) is None  # free for whoever asks first
+    assert redis_client.exists(keys.wake("waiter"), keys.wake("behind")) == 0  # nobody woken
+    assert redis_client.lrange(keys.queue, 0, -1) == [b"waiter", b"behind"]
+    # Told whom to expect even when it was not the one expected: nobody to wake either.
+    _hold(redis_client, keys, "holder")
+    assert _release(redis_client, keys, "holder", "", STARVATION_BOUND_MS) == [1, b"waiter"]
+    assert redis_client.exists(keys.wake("waiter")) == 0
+    # Its mark passed (it asks again, or is counted dead by its own deadline): woken again.
+    entry = redis_client.hget(keys.waiters, "waiter")
+    redis_client.hset(keys.waiters, "waiter", entry.replace(b"~%d" % mark, b"~%d" % (before - 1)))
+    _hold(redis_client, keys, "holder")
+    assert _release(redis_client, keys, "holder", "waiter", STARVATION_BOUND_MS) == [1, b"waiter"]
+    assert redis_client.lrange(keys.wake("waiter"), 0, -1) == [b""]
+    redis_client.delete(keys.wake("waiter"))
+    # A starved waiter is handed the lock, mark or not.
+    _hold(redis_client, keys, "holder")
+    assert _retry(redis_client, keys, "waiter")[0] == 0  # lost again: marked again
+    entry = redis_client.hget(keys.waiters, "waiter")
+    assert b"~" in entry
+    starved = re.sub(rb"@\d+\|", b"@%d|" % (before - STARVATION_BOUND_MS), entry, count=1)
+    redis_client.hset(keys.waiters, "waiter", starved)
+    assert _release(redis_client, keys, "holder", "waiter", STARVATION_BOUND_MS) == [1, b"waiter"]
+    assert redis_client.get(keys.lease).startswith(b"waiter|")
     assert keys_without_ttl(redis_client) == []

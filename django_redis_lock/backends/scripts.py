@@ -34,6 +34,7 @@ from redis.exceptions import NoScriptError
 from ..core.durations import MAX_SECONDS
 from ..core.flows import HANDOFF_MS
 from ..core.permits import NEXT_WAITERS
+from ..core.uncontended import LOST_RACE_RETRY_MS
 from .wire import aexecute, aexecute_acknowledged, execute, execute_acknowledged
 
 __all__ = [
@@ -183,6 +184,7 @@ end"""
 # one and end with its liveness.
 _CONSTANTS = f"""
 local QUEUE_TTL_MS, HANDOFF_MS = {QUEUE_TTL_MS}, {HANDOFF_MS}
+local LOST_RACE_RETRY_MS = {LOST_RACE_RETRY_MS}
 """
 _HELPERS = {
     "duration": f"""

@@ -37,15 +37,19 @@ __all__ = [
 # idle server with the default hz 10), so it can overshoot by that much. When the time matters
 # (the wait ends, or the holder's lease does) the server is given longer and the client cuts the
 # wait itself, to the millisecond, at the price of a new connection next time. Otherwise the
-# server's timeout is used and the client allows it this much lateness.
+# server's timeout is used and the client allows it this much lateness; a short block less (a
+# fair=False waiter that lost the race asks again within a few ms: on an idle server it cuts
+# the wait itself; a busy server, the usual case, answers in time), but never under
+# _LEAST_LATENESS, which a loaded machine's scheduling alone can take.
 _SERVER_LATENESS = 0.5
+_LEAST_LATENESS = 0.02
 
 
 def _blpop_timeouts(seconds: float, exact: bool) -> tuple[float, float]:
     """(timeout sent to the server, time the client waits for the reply)."""
     if exact:
         return seconds + 1.0, seconds
-    return seconds, seconds + _SERVER_LATENESS
+    return seconds, seconds + min(max(seconds, _LEAST_LATENESS), _SERVER_LATENESS)
 
 
 def _interrupted(error: RedisError) -> bool:

@@ -47,7 +47,7 @@ from .replies import (
     until_it_matters,
 )
 from .requests import Block, Command, Eval, Flow, Pipeline, Sleep
-from .uncontended import learnt_late, reply_budget, take_free
+from .uncontended import LOST_RACE_RETRY_MS, learnt_late, reply_budget, take_free
 
 __all__ = [
     "BLOCK_CAP",
@@ -243,8 +243,12 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             # have died without releasing): then the time must be kept exactly. And by the
             # time the waiter ahead of us is counted dead, give or take the server's timer.
             loose = min(ahead_until - sent_at, BLOCK_CAP)
-            if mode == RETRY:  # (blocked no longer than the queue counts us alive, less a slack)
-                loose = min(loose, alive_until - LIVENESS_SLACK - sent_at)
+            if mode == RETRY:  # (blocked no longer than the queue counts us alive, less a slack;
+                # and should we lose the race, we ask again on our own by LOST_RACE_RETRY_MS:
+                # releases meanwhile leave the lock free without waking us, see join.lua)
+                loose = min(
+                    loose, alive_until - LIVENESS_SLACK - sent_at, LOST_RACE_RETRY_MS / 1000
+                )
             block, exact = _block(min(remaining, hint), loose)
             together = mode in (QUEUE, RETRY) and not plan.replicas
             if together:

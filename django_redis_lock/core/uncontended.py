@@ -21,6 +21,7 @@ from .requests import Eval
 
 __all__ = [
     "FREE_WAKE_MS",
+    "LOST_RACE_RETRY_MS",
     "REPLY_FLOOR",
     "STARVATION_BOUND_MS",
     "learnt_late",
@@ -37,6 +38,10 @@ __all__ = [
 STARVATION_BOUND_MS = 250
 # How long an empty wake-up (the lock left free, fair=False) waits on its list, ms.
 FREE_WAKE_MS = 1000
+# fair=False: a woken waiter that lost the race for the free lock (the releaser came back
+# first) asks again on its own this soon, ms; until then releases leave the lock free without
+# waking it again. On a busy lock that is most wake-ups, each a process woken for nothing.
+LOST_RACE_RETRY_MS = 5
 
 # The least time an acquisition gives Redis to answer one request, however short its wait: a
 # busy server is not a dead one. (Shorter socket timeouts still apply.)

@@ -15,6 +15,9 @@ The invariants:
   never granted the lock while that result is kept;
 - **all or nothing**: a ``lock_many`` that gave up holds none of the locks it had taken;
 - **FIFO**: while no fault intervened, a grant never passes over a live waiter queued ahead;
+- **no idle unfair lock**: while no fault intervened, time passes with a ``fair=False`` lock
+  free and a live waiter in line only until that waiter asks again on its own (the '~' of its
+  entry, after it lost the race for the lock: ``LOST_RACE_RETRY_MS``);
 - **expiries**: every key of ours has one, after every step;
 - **bounded waits**: no block lasts past its acquisition's deadline nor past ``BLOCK_CAP``, and an
   acquisition that nothing paused returns by its deadline;
@@ -85,6 +88,7 @@ class Ledger:
         self.losses = 0  # times Redis lost data (restarts), so far
         self.state: Any = None  # the latest Observed
         self.before: Any = None  # the one before it (the state a step started from)
+        self.observed_us = 0  # when the latest was observed (now_us then)
 
     def lock(self, name: str, facts: LockFacts) -> None:
         self.locks[name] = facts
@@ -96,6 +100,7 @@ class Ledger:
 
     def observed(self, state: Any) -> None:
         self.before, self.state = self.state, state
+        since_us, self.observed_us = self.observed_us, self.now_us
         for key, key_state in state.keys.items():
             if key_state.pttl == -1:
                 self.fail(f"key {key!r} has no expiry")
@@ -109,6 +114,8 @@ class Ledger:
             if self.before is not None and not self.faults and not facts.lapsed:
                 if facts.unfair:
                     self._check_starvation(facts)
+                    if self.now_us - since_us > ROUNDING_US:
+                        self._check_not_left_idle(facts, since_us)
                 else:
                     self._check_order(facts)
 
@@ -179,6 +186,27 @@ class Ledger:
             ):
                 self.fail(f"{token} had waited past the bound for {facts.lease_key!r}, and "
                           "the release did not hand it the lock")  # fmt: skip
+            return
+
+    def _check_not_left_idle(self, facts: LockFacts, since_us: int) -> None:
+        """fair=False: time passed (from ``since_us``, by more than a rounding) while the lock
+        was free with a live waiter in line: only while the first live one had said it asks
+        again on its own by then (it lost the race for the lock, join.lua's '~')."""
+        if self.before.value(facts.lease_key) is not None:
+            return
+        queue = self.before.value(facts.queue_key) or []
+        waiters = self.before.value(facts.waiters_key) or {}
+        since_ms = since_us // 1000
+        for token in queue:
+            entry = waiters.get(token)
+            if entry is None or int(entry.split("|", 1)[0]) < since_ms:
+                continue  # (dead: out of the line)
+            flags = entry.split("|", 2)[1].partition("@")[0]
+            retries_by = int(flags.partition("~")[2] or 0)
+            if self.now_us > retries_by * 1000 + ROUNDING_US:
+                self.fail(f"{facts.lease_key!r} was left free for "
+                          f"{(self.now_us - since_us) / 1000:.3f} ms while {token} waited "
+                          "in line")  # fmt: skip
             return
 
     def renewed(self, hold: Hold, sent_us: int, lease_ms: int, extended: bool) -> None:

@@ -103,6 +103,11 @@ def cast(sim: Simulation, workload: str, choices: Choices) -> None:
             # plain one takes a free lock flat.
             first = "take" if role.fencing or role.want_result else "flat"
             role = replace(role, fair=False, first=first)
+            if index == 3:
+                # The releaser coming back for more: its work is shorter than the time a
+                # waiter that lost the race to it takes to ask again on its own
+                # (LOST_RACE_RETRY_MS), so its next release finds that waiter's mark.
+                role = replace(role, work_ms=2)
             sim.ledger.locks[names[0]].unfair = True
         arrival = choices.pick((0, 0, 5, 400, 2500))
         sim.add(f"c{len(sim.clients) + 1}", _start(sim, role), arrival)

@@ -11,9 +11,11 @@
 -- ARGV[2]  lease length, ms
 -- ARGV[3]  our owner record (see lease.py)
 -- ARGV[4]  mode: 1 take it or queue; 2 take it or leave the queue (the wait is over);
---          3 leave the queue (interrupted); 4 take it or keep our place as it is (fair=False,
---          woken to compete for a free lock: our entry still counts us alive; if it is gone,
---          as 1)
+--          3 leave the queue (interrupted); 4 take it or keep our place (fair=False, woken to
+--          compete for a free lock: our entry still counts us alive; if it is gone, as 1),
+--          marking our entry: we lost the race, and ask again on our own by
+--          LOST_RACE_RETRY_MS from now ('~ms' before the '@' of 'u'), so that a release
+--          until then leaves the lock free without waking us again (release.lua)
 -- ARGV[5]  flags: 'f' give a fencing token; 'd' answer with the result (KEYS[5]) if there is
 --          one; 'o' return the holder's lease value when not acquired; 'b' the caller blocks on
 --          its wake-up list right after this (same round trip): unless we queue it, push '' there
@@ -99,7 +101,21 @@ local ahead, joined = 0, false
 if mode == 1 or mode == 4 then
   local now, micros = server_time()
   joined = string.format('%.0f', micros)
-  if mode == 1 or not redis.call('HGET', KEYS[3], token) then
+  local kept_entry = mode == 4 and redis.call('HGET', KEYS[3], token)
+  if kept_entry then
+    -- fair=False: we lost the race for the free lock we were woken to. We ask again on our
+    -- own by LOST_RACE_RETRY_MS from now, so say so in our entry ('~ms'): a release meanwhile
+    -- leaves the lock free without waking us again (release.lua).
+    local deadline, kept, record = string.match(kept_entry, '^(%d+)|([^|]*)|(.*)$')
+    kept = string.gsub(kept, '~%d+', '')
+    local mark = '~' .. (now + LOST_RACE_RETRY_MS)
+    if string.find(kept, '@', 1, true) then
+      kept = string.gsub(kept, '@', mark .. '@', 1)
+    else
+      kept = kept .. mark
+    end
+    redis.call('HSET', KEYS[3], token, deadline .. '|' .. kept .. '|' .. record)
+  else
     local kept = flags
     if string.find(flags, 'u', 1, true) then
       local earlier = redis.call('HGET', KEYS[3], token)

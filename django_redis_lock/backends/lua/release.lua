@@ -16,7 +16,8 @@
 --          the first live waiter is handed the lease only once it has waited that long (since
 --          it first queued, the '@' of its entry, join.lua); before that, the lease is deleted
 --          and the waiter woken with an empty message, so that the releaser or a newcomer
---          may take the lock first, and the waiter asks again
+--          may take the lock first, and the waiter asks again (unless it lost that race
+--          lately: then it asks again on its own by the time its entry says, join.lua)
 -- ARGV[4]  optional: the guarded work's result, kept for duplicates (a waiter that asked for it
 --          with the 'd' flag is told the work is done; with 'j', only when it names its job)
 -- ARGV[5]  with ARGV[4]: how long to keep it, ms
@@ -24,7 +25,9 @@
 -- Returns 0 released, -1 not ours (the lease ended or changed hands: nothing touched),
 -- -2 the key is not a lock at all (nothing touched) (plain numbers: the commonest reply is the
 -- cheapest to make), {1, head} handed to the expected
--- waiter and woken, {2, head, message} handed to another waiter (or, fair=False, the lock left
+-- waiter and woken (or, fair=False, the lock left free for a first waiter that lost the race
+-- for it lately and asks again on its own soon, the '~' of its entry: not woken, expected or
+-- not), {2, head, message} handed to another waiter (or, fair=False, the lock left
 -- free for it: message ''), whom the caller wakes by pushing `message` on its wake-up list.
 local token, expected = ARGV[1], ARGV[2]
 local bound = tonumber(ARGV[3]) or 0
@@ -52,6 +55,9 @@ if bound > 0 then
       local since = tonumber(string.match(entry, '^%d+|[^|]*@(%d+)|')) or 0
       if now - since >= bound then break end
       redis.call('DEL', KEYS[1])
+      -- It lost the race for a lock we left free lately, and asks again on its own by then.
+      local retrying = tonumber(string.match(entry, '^%d+|[^|@]*~(%d+)'))
+      if retrying and retrying > now then return {1, first} end
       if first ~= expected then return {2, first, ''} end
       redis.call('RPUSH', KEYS[4], '')
       redis.call('PEXPIRE', KEYS[4], 1000)
