@@ -107,14 +107,16 @@ if mode == 1 or mode == 4 then
     -- own by LOST_RACE_RETRY_MS from now, so say so in our entry ('~ms'): a release meanwhile
     -- leaves the lock free without waking us again (release.lua).
     local deadline, kept, record = string.match(kept_entry, '^(%d+)|([^|]*)|(.*)$')
-    kept = string.gsub(kept, '~%d+', '')
-    local mark = '~' .. (now + LOST_RACE_RETRY_MS)
-    if string.find(kept, '@', 1, true) then
-      kept = string.gsub(kept, '@', mark .. '@', 1)
-    else
-      kept = kept .. mark
+    if deadline then  -- (an entry not of ours is left as it is: we are woken as before)
+      kept = string.gsub(kept, '~%d+', '')
+      local mark = '~' .. (now + LOST_RACE_RETRY_MS)
+      if string.find(kept, '@', 1, true) then
+        kept = string.gsub(kept, '@', mark .. '@', 1)
+      else
+        kept = kept .. mark
+      end
+      redis.call('HSET', KEYS[3], token, deadline .. '|' .. kept .. '|' .. record)
     end
-    redis.call('HSET', KEYS[3], token, deadline .. '|' .. kept .. '|' .. record)
   else
     local kept = flags
     if string.find(flags, 'u', 1, true) then
