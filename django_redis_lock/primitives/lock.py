@@ -63,9 +63,9 @@ class Lock(Leased):
     the lock free for whoever asks first (the releaser coming back, a newcomer) and wakes the
     first waiter to compete for it, rather than handing it to that waiter (a waiter that just
     lost that race is not woken again: it asks again on its own within 5 ms,
-    ``LOST_RACE_RETRY_MS``); a waiter that has waited 250 ms (``STARVATION_BOUND_MS``) is
-    served next all the same. More acquisitions per second under heavy contention, at the price
-    of order (Redisson's RLock beside RFairLock).
+    ``LOST_RACE_RETRY_MS``, 25 ms on an idle server); a waiter that has waited 250 ms
+    (``STARVATION_BOUND_MS``) is served next all the same. More acquisitions per second under
+    heavy contention, at the price of order (Redisson's RLock beside RFairLock).
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Lock:
