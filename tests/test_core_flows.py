@@ -292,9 +292,10 @@ def test_an_unfair_waiter_woken_to_compete_keeps_its_place_while_the_queue_count
     assert again.first.args[3] == flows.QUEUE  # in full, with a liveness of its own
     alive_until = clock.now + (flows.BLOCK_CAP + flows.LIVENESS_SLACK)
     clock.now += 0.2
-    retry = flow.send(([0, 9000, False, 0, b"2"], b""))  # woken again, close to its deadline
+    retry = flow.send(([0, 9000, False, 0, b"2"], b""))  # woken again
+    assert retry.first.args[3] == flows.RETRY
     clock.now = alive_until - flows.LIVENESS_SLACK - 0.003
-    retry = flow.send(([0, 9000, False, 0, b"3"], b""))
+    retry = flow.send(([0, 9000, False, 0, b"3"], b""))  # lost; woken again, near its deadline
     assert retry.first.args[3] == flows.RETRY
     assert retry.seconds == pytest.approx(0.003)  # no longer than the queue counts it alive
     clock.now += 0.003

@@ -173,20 +173,17 @@ class Ledger:
         before, after = self.before.value(facts.lease_key), self.state.value(facts.lease_key)
         if before is None or _holders(after) == _holders(before):
             return
-        queue = self.before.value(facts.queue_key) or []
-        waiters = self.before.value(facts.waiters_key) or {}
         now_ms = self.now_us // 1000
-        for token in queue:
-            entry = waiters.get(token)
-            if entry is None or int(entry.split("|", 1)[0]) < now_ms:
-                continue  # (dead: out of the line)
-            since = entry.split("|", 2)[1].partition("@")[2]
-            if (not since or now_ms - int(since) >= STARVATION_BOUND_MS) and (
-                token not in _holders(after)
-            ):
-                self.fail(f"{token} had waited past the bound for {facts.lease_key!r}, and "
-                          "the release did not hand it the lock")  # fmt: skip
+        first = self._first_live_waiter(facts, now_ms)
+        if first is None:
             return
+        token, entry = first
+        since = entry.split("|", 2)[1].partition("@")[2]
+        if (not since or now_ms - int(since) >= STARVATION_BOUND_MS) and (
+            token not in _holders(after)
+        ):
+            self.fail(f"{token} had waited past the bound for {facts.lease_key!r}, and "
+                      "the release did not hand it the lock")  # fmt: skip
 
     def _check_not_left_idle(self, facts: LockFacts, since_us: int) -> None:
         """fair=False: time passed (from ``since_us``, by more than a rounding) while the lock
@@ -194,20 +191,27 @@ class Ledger:
         again on its own by then (it lost the race for the lock, join.lua's '~')."""
         if self.before.value(facts.lease_key) is not None:
             return
-        queue = self.before.value(facts.queue_key) or []
-        waiters = self.before.value(facts.waiters_key) or {}
-        since_ms = since_us // 1000
-        for token in queue:
-            entry = waiters.get(token)
-            if entry is None or int(entry.split("|", 1)[0]) < since_ms:
-                continue  # (dead: out of the line)
-            flags = entry.split("|", 2)[1].partition("@")[0]
-            retries_by = int(flags.partition("~")[2] or 0)
-            if self.now_us > retries_by * 1000 + ROUNDING_US:
-                self.fail(f"{facts.lease_key!r} was left free for "
-                          f"{(self.now_us - since_us) / 1000:.3f} ms while {token} waited "
-                          "in line")  # fmt: skip
+        first = self._first_live_waiter(facts, since_us // 1000)
+        if first is None:
             return
+        token, entry = first
+        flags = entry.split("|", 2)[1].partition("@")[0]
+        retries_by = int(flags.partition("~")[2] or 0)
+        if self.now_us > retries_by * 1000 + ROUNDING_US:
+            self.fail(f"{facts.lease_key!r} was left free for "
+                      f"{(self.now_us - since_us) / 1000:.3f} ms while {token} waited "
+                      "in line")  # fmt: skip
+
+    def _first_live_waiter(self, facts: LockFacts, at_ms: int) -> tuple[str, str] | None:
+        """The first waiter in line (token, entry), in the state the step started from, that
+        the queue still counted alive at ``at_ms``; the dead ones before it are out of the
+        line."""
+        waiters = self.before.value(facts.waiters_key) or {}
+        for token in self.before.value(facts.queue_key) or []:
+            entry = waiters.get(token)
+            if entry is not None and int(entry.split("|", 1)[0]) >= at_ms:
+                return token, entry
+        return None
 
     def renewed(self, hold: Hold, sent_us: int, lease_ms: int, extended: bool) -> None:
         if extended:

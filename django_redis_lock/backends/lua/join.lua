@@ -101,26 +101,23 @@ local ahead, joined = 0, false
 if mode == 1 or mode == 4 then
   local now, micros = server_time()
   joined = string.format('%.0f', micros)
-  local kept_entry = mode == 4 and redis.call('HGET', KEYS[3], token)
-  if kept_entry then
+  -- Our entry as it is, where it matters: mode 4 keeps it; 'u' keeps when we first queued.
+  local earlier = (mode == 4 or string.find(flags, 'u', 1, true))
+    and redis.call('HGET', KEYS[3], token)
+  if mode == 4 and earlier then
     -- fair=False: we lost the race for the free lock we were woken to. We ask again on our
-    -- own by LOST_RACE_RETRY_MS from now, so say so in our entry ('~ms'): a release meanwhile
-    -- leaves the lock free without waking us again (release.lua).
-    local deadline, kept, record = string.match(kept_entry, '^(%d+)|([^|]*)|(.*)$')
-    if deadline then  -- (an entry not of ours is left as it is: we are woken as before)
+    -- own by LOST_RACE_RETRY_MS from now, so say so in our entry ('~ms' before its '@'; an
+    -- entry without one, not of ours, is left as it is: we are woken as before): a release
+    -- meanwhile leaves the lock free without waking us again (release.lua).
+    local deadline, kept, record = string.match(earlier, '^(%d+)|([^|]*)|(.*)$')
+    if deadline then
       kept = string.gsub(kept, '~%d+', '')
-      local mark = '~' .. (now + LOST_RACE_RETRY_MS)
-      if string.find(kept, '@', 1, true) then
-        kept = string.gsub(kept, '@', mark .. '@', 1)
-      else
-        kept = kept .. mark
-      end
+      kept = string.gsub(kept, '@', '~' .. (now + LOST_RACE_RETRY_MS) .. '@', 1)
       redis.call('HSET', KEYS[3], token, deadline .. '|' .. kept .. '|' .. record)
     end
   else
     local kept = flags
     if string.find(flags, 'u', 1, true) then
-      local earlier = redis.call('HGET', KEYS[3], token)
       kept = flags .. '@' .. ((earlier and string.match(earlier, '^%d+|[^|]*@(%d+)|')) or now)
     end
     local entry = (now + liveness) .. '|' .. kept .. '|' .. ARGV[3]
