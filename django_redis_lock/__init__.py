@@ -23,6 +23,7 @@ from .guards.cache import get_or_set_locked
 from .guards.decorators import lock, locked_method, semaphore
 from .guards.double_submit import prevent_double_submit
 from .guards.fencing import fenced_update
+from .guards.identities import PersonalIdentity
 from .guards.once import run_once
 from .guards.single import single_instance
 from .guards.submissions import ALL, UNSAFE, DuplicateSubmission
@@ -62,6 +63,7 @@ __all__ = [
     "LockNotAcquired",
     "LockNotOwned",
     "LockableModelMixin",
+    "PersonalIdentity",
     "QuorumUnavailable",
     "Semaphore",
     "SingleInstanceCommand",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -122,6 +123,24 @@ def test_different_clients_never_block_each_other():
     assert views.runs["order"] == 2
 
 
+@contextlib.contextmanager
+def queued_for(view):
+    """A semaphore released each time a request to ``view`` (its dotted name's end) starts to
+    wait in line for the first one's lock."""
+    queued = threading.Semaphore(0)
+
+    def on_contended(**kwargs):
+        # Only this view's lock: a thread another test left behind may wait for some other.
+        if kwargs["label"].endswith(view):
+            queued.release()
+
+    lock_contended.connect(on_contended, weak=False, dispatch_uid=f"queued-for-{view}")
+    try:
+        yield queued
+    finally:
+        lock_contended.disconnect(dispatch_uid=f"queued-for-{view}")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_users_are_told_apart_by_default():
     user_model = get_user_model()
@@ -137,18 +156,20 @@ def test_users_are_told_apart_by_default():
             connections.close_all()  # this thread's own database connection
 
     views.gate.clear()
-    with ThreadPoolExecutor(3) as pool:
+    with ThreadPoolExecutor(3) as pool, queued_for(".order_by_user") as queued:
         first = pool.submit(send, alice)
-        while not views.runs:
-            time.sleep(0.005)
+        wait_until(lambda: views.runs, 10, "alice's first request inside the view")
         other_user = pool.submit(send, bob)
-        same_user = pool.submit(send, alice).result(10)
-        while len(views.runs) < 2:
-            time.sleep(0.005)
+        wait_until(lambda: len(views.runs) == 2, 10, "bob's request inside the view")
+        # Alice's double click: a user is one person, so it waits for her first request.
+        same_user = pool.submit(send, alice)
+        assert queued.acquire(timeout=10)
         views.gate.set()
         assert first.result(10).status_code == 200
         assert other_user.result(10).status_code == 200
-    assert same_user.status_code == 409
+        replayed = same_user.result(10)
+    assert replayed.status_code == 200
+    assert replayed["Idempotent-Replayed"] == "true"
     assert views.runs == {f"order_by_user:{alice.pk}": 1, f"order_by_user:{bob.pk}": 1}
 
 
@@ -178,27 +199,20 @@ def test_duplicate_while_running_gets_409_html_or_json():
 
 
 def test_waiting_duplicate_gets_the_first_response(caplog):
-    queued = threading.Semaphore(0)
-
-    def on_contended(**kwargs):
-        # Only this view's lock: a thread another test left behind may wait for some other.
-        if kwargs["label"].endswith(".patient"):
-            queued.release()
-
-    lock_contended.connect(on_contended, weak=False, dispatch_uid="patient")
     views.gate.clear()
-    try:
-        with ThreadPoolExecutor(4) as pool, caplog.at_level(logging.WARNING):
-            running = pool.submit(post, "/patient/")
-            wait_until(lambda: views.runs["patient"], 10, "the first request inside the view")
-            waiting = [pool.submit(post, "/patient/") for _ in range(3)]
-            for _ in range(3):  # all three are waiting for the first one
-                assert queued.acquire(timeout=10)
-            views.gate.set()
-            first = running.result(10)
-            duplicates = [future.result(10) for future in waiting]
-    finally:
-        lock_contended.disconnect(dispatch_uid="patient")
+    with (
+        queued_for(".patient") as queued,
+        ThreadPoolExecutor(4) as pool,
+        caplog.at_level(logging.WARNING),
+    ):
+        running = pool.submit(post, "/patient/")
+        wait_until(lambda: views.runs["patient"], 10, "the first request inside the view")
+        waiting = [pool.submit(post, "/patient/") for _ in range(3)]
+        for _ in range(3):  # all three are waiting for the first one
+            assert queued.acquire(timeout=10)
+        views.gate.set()
+        first = running.result(10)
+        duplicates = [future.result(10) for future in waiting]
     # (The view ran twice in about 1 run of 125: a duplicate re-joined the queue before the
     # release's wake-up push and was granted the lock without "done". Forced deterministically
     # in tests/test_handoff.py; the statuses and log say how, should it ever come back.)

@@ -22,7 +22,7 @@ from ..core import durations
 from ..exceptions import LockBackendError, LockNotOwned
 from ..hints import hinted
 from ..primitives.lock import Claim, Lock
-from . import drf, replays, submissions
+from . import drf, identities, replays, submissions
 from .answers import duplicate_submission, wants_json
 
 __all__ = ["prevent_double_submit"]
@@ -31,17 +31,22 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 logger = logging.getLogger("django_redis_lock")
 
+# How long, by default, a duplicate from a personal identity (a user, a session) waits for the
+# first submission to finish and be shown its response: a double click's second request
+# arrives while the first runs, and the browser shows the second response.
+PERSONAL_WAIT = 10.0
+
 
 class _SubmissionGuard:
     """The configuration of one ``@prevent_double_submit`` and everything but the I/O, which
     the sync and async wrappers do each their own way."""
 
     def __init__(
-        self, *, key: Any, group: str, methods: Any, fingerprint: bool, wait: float,
+        self, *, key: Any, group: str, methods: Any, fingerprint: bool, wait: float | None,
         timeout: float | None, hold: float, replay: bool, idempotency_header: str | None,
         idempotency_ttl: float,
     ) -> None:  # fmt: skip
-        self.key = submissions.key_function(key)
+        self.key = identities.key_function(key)
         self.group = group
         self.methods = frozenset(
             m.upper() for m in ([methods] if isinstance(methods, str) else methods)
@@ -58,34 +63,46 @@ class _SubmissionGuard:
         """The lock for this request, or None when it is not guarded."""
         if request.method not in self.methods or not lock_settings.ENABLED:
             return None
-        client = submissions.client_identity(request, self.key)
+        client = identities.identify(request, self.key)
         if client is None:
             return None  # nobody to tell apart (an anonymous user with key="user", say)
+        # Only a personal identity is ever shown a kept response (identities.py): a shared
+        # one (an IP, a header, a field) may be several people, who never see each other's.
+        personal = identities.is_personal(client)
         idempotency_key = (
             request.headers.get(self.idempotency_header) if self.idempotency_header else None
         )
         fingerprint = (
             submissions.request_fingerprint(request) if self.fingerprint or idempotency_key else ""
         )
+        scope = ("personal" if personal else "shared", client)
         if idempotency_key:
-            name = submissions.submission_lock_name(self.group, client, "key", idempotency_key)
+            name = submissions.submission_lock_name(self.group, *scope, "key", idempotency_key)
             keep = self.idempotency_ttl
         else:
-            name = submissions.submission_lock_name(self.group, client, fingerprint)
+            name = submissions.submission_lock_name(self.group, *scope, fingerprint)
             keep = self.hold
         lock = Lock(
             name,
-            wait=self.wait,
+            wait=self._wait(personal, idempotent=idempotency_key is not None),
             timeout=self.timeout,
             label=f"submission to {self.group}",
             group=f"view:{self.group}",
         )
         return _Submission(
             lock, fingerprint, keep, idempotency_key is not None, client,
-            # A client known only by its IP address may be several people (one office, one
-            # mobile carrier's NAT): never show one of them another's response.
-            replayable=self.replay and not submissions.ip_scoped(client),
+            replayable=self.replay and personal,
         )  # fmt: skip
+
+    def _wait(self, personal: bool, *, idempotent: bool) -> float:
+        """How long a duplicate waits for the first submission to finish. Unless ``wait``
+        says: a person's double click waits for the first (``PERSONAL_WAIT``) and is shown its
+        response, as a browser shows the second of two responses; a shared identity's duplicate
+        would only be shown 409 at the end, so it gets it at once; and an Idempotency-Key's
+        retry gets 409 at once, as the IETF draft requires of a request still in progress."""
+        if self.wait is not None:
+            return self.wait
+        return PERSONAL_WAIT if personal and self.replay and not idempotent else 0
 
     def refuse(self, request: HttpRequest, submission: _Submission, claim: Claim) -> Any:
         """The answer to a request that did not get the lock: the first response replayed,
@@ -117,7 +134,7 @@ class _SubmissionGuard:
                 status=422,
                 retry_after=None,
             )
-        if finished.status is not None:
+        if finished.status is not None and submission.replayable:
             return finished.replay()
         return submissions.DuplicateSubmission(
             "The same submission was just processed.",
@@ -190,8 +207,8 @@ class _Submission:
     fingerprint: str
     keep: float  # seconds the result is kept for duplicates
     idempotent: bool
-    client: str  # who submits (the key's value)
-    replayable: bool  # whether its response may be replayed to duplicates
+    client: str  # who submits (the key's value; identities.py)
+    replayable: bool  # whether duplicates may be shown a kept response: a personal identity
 
 
 def _duplicate_view() -> Callable[..., Any]:
@@ -205,7 +222,7 @@ def prevent_double_submit(
     group: str | None = None,
     methods: Any = submissions.UNSAFE,
     fingerprint: bool = True,
-    wait: float = 0,
+    wait: float | None = None,
     timeout: float | None = None,
     hold: float = 5,
     replay: bool = True,
@@ -214,17 +231,22 @@ def prevent_double_submit(
 ) -> Callable[[F], F]:
     """Run a view at most once for the same submission from the same client.
 
-    See ``docs/views.md``. In short: while the first of identical requests (same client by
-    ``key``, same view ``group``, same method, path, query and submitted data) runs, the others
-    get 409 Conflict with Retry-After (or wait up to ``wait`` seconds for it); for ``hold``
-    seconds after it finished they get its response replayed (``Idempotent-Replayed: true``),
-    or 409 when it cannot be replayed. With ``idempotency_header="Idempotency-Key"`` a request
-    carrying that header is identified by it instead (kept ``idempotency_ttl`` seconds; a
-    different payload under a used key gets 422). On Django REST framework, decorate the
-    handler (``method_decorator`` on an ``APIView`` or ``ViewSet``, or below ``@api_view``).
+    See ``docs/views.md``. In short: the same client (by ``key``) submitting the same thing
+    (method, path, query and submitted data) to the same view ``group`` runs it once. Who is
+    shown the first response decides the rest: a *personal* identity (a logged-in user, a
+    session, a key function's :class:`PersonalIdentity`) is one person, whose duplicate waits
+    for the first request (up to ``wait`` seconds, 10 by default) and is shown its response,
+    replayed (``Idempotent-Replayed: true``), for ``hold`` seconds after it finished; a
+    *shared* one (an IP address, a header, a form or query field, a key function's plain
+    ``str``) may be several people, who never see each other's response: a duplicate gets 409
+    Conflict with Retry-After. With ``idempotency_header="Idempotency-Key"`` a request carrying
+    that header is identified by it instead (kept ``idempotency_ttl`` seconds; a retry while
+    the first runs gets 409; a different payload under a used key gets 422). On Django REST
+    framework, decorate the handler (``method_decorator`` on an ``APIView`` or ``ViewSet``, or
+    below ``@api_view``).
     """
     Lock("validate-options", wait=wait, timeout=timeout)
-    submissions.key_function(key)  # a bad key fails here, at import time, not per request
+    identities.key_function(key)  # a bad key fails here, at import time, not per request
     hold = durations.seconds(hold, "hold")
     idempotency_ttl = durations.seconds(idempotency_ttl, "idempotency_ttl")
 

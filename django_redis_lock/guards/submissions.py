@@ -1,8 +1,8 @@
 """What counts as "the same submission", and what is kept of the first one.
 
-The plain core of ``@prevent_double_submit`` (in ``double_submit.py``): who the client is (the
-``key``), a fingerprint of what was submitted, the lock name built from both, and the record
-of a finished submission that later duplicates are answered from.
+The plain core of ``@prevent_double_submit`` (in ``double_submit.py``): a fingerprint of what
+was submitted, the lock name built from it and the client's identity (``identities.py``), and
+the record of a finished submission that later duplicates are answered from.
 
 Identifying parts (user ids, session keys, IP addresses, header values) only ever reach Redis
 hashed: the lock names are listed in the admin.
@@ -14,12 +14,11 @@ import base64
 import hashlib
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.http.request import RawPostDataException
-from django.utils.module_loading import import_string
 
 from . import drf
 
@@ -28,9 +27,6 @@ __all__ = [
     "UNSAFE",
     "DuplicateSubmission",
     "Finished",
-    "client_identity",
-    "ip_scoped",
-    "key_function",
     "request_fingerprint",
     "retry_after",
     "submission_lock_name",
@@ -39,10 +35,9 @@ __all__ = [
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 ALL = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", *UNSAFE})
 
-KeyFunction = Callable[[HttpRequest], "str | None"]
-
 # Never part of a fingerprint: it changes with every render of the same form.
 _IGNORED_FIELDS = frozenset({"csrfmiddlewaretoken"})
+_FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
 
 
 class DuplicateSubmission(Exception):
@@ -59,110 +54,61 @@ class DuplicateSubmission(Exception):
         self.retry_after = retry_after
 
 
-def _ip(request: HttpRequest) -> str | None:
-    return request.META.get("REMOTE_ADDR") or None
-
-
-def _user(request: HttpRequest) -> str | None:
-    user = getattr(request, "user", None)
-    if user is not None and user.is_authenticated:
-        return f"user:{user.pk}"
-    return None
-
-
-def _session(request: HttpRequest) -> str | None:
-    session = getattr(request, "session", None)
-    key = getattr(session, "session_key", None)
-    return f"session:{key}" if key else None
-
-
-_NAMED_KEYS: dict[str, KeyFunction] = {
-    "ip": lambda request: f"ip:{_ip(request)}" if _ip(request) else None,
-    "user": _user,
-    "session": lambda request: (
-        _session(request) or (f"ip:{_ip(request)}" if _ip(request) else None)
-    ),
-    "user_or_ip": lambda request: (
-        _user(request) or (f"ip:{_ip(request)}" if _ip(request) else None)
-    ),
-}
-
-
-def key_function(key: str | KeyFunction) -> KeyFunction:
-    """Turn a ``key`` argument into a function of the request (checked when decorating)."""
-    if callable(key):
-        return key
-    if not isinstance(key, str):
-        raise TypeError(f"key must be a string or a callable, not {type(key).__name__}.")
-    if key in _NAMED_KEYS:
-        return _NAMED_KEYS[key]
-    kind, _, name = key.partition(":")
-    if name and kind == "header":
-        return lambda request: (
-            f"header:{request.headers[name]}" if request.headers.get(name) else None
-        )
-    if name and kind in {"post", "get"}:
-
-        def from_data(request: HttpRequest) -> str | None:
-            value = (request.POST if kind == "post" else request.GET).get(name)
-            return f"{kind}:{value}" if value else None
-
-        return from_data
-    if "." in key:
-        function = import_string(key)
-        if not callable(function):
-            raise TypeError(f"key {key!r} does not name a callable.")
-        return function  # type: ignore[no-any-return]
-    raise ValueError(
-        f"Unknown key {key!r}: use 'user', 'session', 'ip', 'user_or_ip', 'header:NAME', "
-        "'post:FIELD', 'get:FIELD', a callable(request), or a dotted path to one."
-    )
-
-
-def ip_scoped(client: str) -> bool:
-    """Whether ``client`` (an identity from a key function) is only an IP address, which
-    several people may share: their responses are never replayed to each other."""
-    return client.startswith("ip:")
-
-
-def client_identity(request: HttpRequest, key: KeyFunction) -> str | None:
-    """Who submits: the key's value for this request, or None (then nothing is guarded)."""
-    value = key(request)
-    return None if value is None else str(value)
-
-
 def request_fingerprint(request: HttpRequest) -> str:
     """A hash of what is submitted: method, path, query, form fields and uploaded files, or
-    the body (JSON...). ``request`` may be Django REST framework's ``Request`` (whose ``POST``
-    and ``FILES`` are what its parsers read).
+    the body (JSON...) and its content type. ``request`` may be Django REST framework's
+    ``Request`` (whose ``POST`` and ``FILES`` are what its parsers read).
 
     From ``request.POST`` and ``request.FILES``, not ``request.body``: once the CSRF middleware
     has read a multipart ``POST``, ``request.body`` can no longer be read.
+
+    Two submissions that differ in anything the view reads there never share a fingerprint:
+    what is hashed is one JSON document of it (``canonical``), and a JSON document is read back
+    in one way only, so every field keeps its own list of values (``tag=a&tag=b`` is not
+    ``tag=a&b=``...), whatever the names and values contain. A form sent urlencoded or as
+    multipart is the same submission.
     """
-    digest = hashlib.sha256()
-
-    def feed(*parts: str | bytes) -> None:
-        for part in parts:
-            data = part.encode("utf-8", "surrogatepass") if isinstance(part, str) else part
-            digest.update(b"%d:" % len(data))
-            digest.update(data)
-
-    feed(request.method or "", request.path, request.META.get("QUERY_STRING", ""))
     content_type = request.META.get("CONTENT_TYPE", "")
-    if content_type.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
-        for name, values in sorted(request.POST.lists()):
-            if name not in _IGNORED_FIELDS:
-                feed(name, *values)
-        for name, files in sorted(request.FILES.lists()):
-            for upload in files:
-                file_hash = hashlib.sha256()
-                for chunk in upload.chunks():
-                    file_hash.update(chunk)
-                upload.seek(0)  # the view reads it next
-                feed(name, upload.name or "", str(upload.size), file_hash.hexdigest())
+    submitted: list[object]
+    if _parsed_form(request, content_type):
+        fields = [
+            [name, values]
+            for name, values in sorted(request.POST.lists())
+            if name not in _IGNORED_FIELDS
+        ]
+        files = [
+            [name, [[upload.name or "", upload.size, _file_hash(upload)] for upload in uploads]]
+            for name, uploads in sorted(request.FILES.lists())
+        ]
+        submitted = ["form", fields, files]
     else:  # JSON and other bodies
-        feed(_body(request))
-    return digest.hexdigest()
+        submitted = ["body", content_type, hashlib.sha256(_body(request)).hexdigest()]
+    return _digest(
+        [request.method or "", request.path, request.META.get("QUERY_STRING", ""), submitted]
+    )
+
+
+def _parsed_form(request: HttpRequest, content_type: str) -> bool:
+    """Whether the submission is read from ``request.POST``: a form that Django parses there
+    (a POST's only: a PUT's form stays in the body), or DRF (whose parsers read any method's)."""
+    return content_type.startswith(_FORMS) and (
+        request.method == "POST" or drf.is_request(request)
+    )
+
+
+def _digest(parts: list[object]) -> str:
+    """SHA-256 of ``parts`` as one JSON document: injective for lists of str, int and lists
+    (``ensure_ascii`` writes every character, lone surrogates too, as an escape)."""
+    document = json.dumps(parts, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(document.encode("ascii")).hexdigest()
+
+
+def _file_hash(upload: Any) -> str:
+    file_hash = hashlib.sha256()
+    for chunk in upload.chunks():
+        file_hash.update(chunk)
+    upload.seek(0)  # the view reads it next
+    return file_hash.hexdigest()
 
 
 def _body(request: HttpRequest) -> bytes:
@@ -176,9 +122,10 @@ def _body(request: HttpRequest) -> bytes:
 
 
 def submission_lock_name(group: str, *parts: str) -> str:
-    """``submit:<group>:<hash>``: readable where it may be, hashed where it must be."""
-    hashed = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
-    return f"submit:{group}:{hashed[:32]}"
+    """``submit:<group>:<hash>``: readable where it may be, hashed where it must be. Different
+    ``parts`` (the identity, whether it is personal, the fingerprint or Idempotency-Key) never
+    give the same name, whatever they contain."""
+    return f"submit:{group}:{_digest(list(parts))[:32]}"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from django_redis_lock import prevent_double_submit
-from tests.testapp.views import BY_HEADER, gate, ran
+from tests.testapp.views import BY_CLIENT, gate, ran
 
 
 def receipt(name, request):
@@ -24,18 +24,18 @@ def receipt(name, request):
 
 
 @api_view(["POST"])
-@prevent_double_submit(BY_HEADER)  # inside @api_view: it gets DRF's Request and Response
+@prevent_double_submit(BY_CLIENT, wait=0)  # inside @api_view: it gets DRF's Request and Response
 def api_order(request):
     return receipt("api_order", request)
 
 
-@method_decorator(prevent_double_submit(BY_HEADER), name="post")
+@method_decorator(prevent_double_submit(BY_CLIENT, wait=0), name="post")
 class OrderAPIView(APIView):
     def post(self, request):
         return receipt("order_api_view", request)
 
 
-@method_decorator(prevent_double_submit(BY_HEADER, wait=10), name="post")
+@method_decorator(prevent_double_submit(BY_CLIENT), name="post")  # duplicates wait
 class PatientAPIView(APIView):
     def post(self, request):
         return receipt("patient_api_view", request)
@@ -64,11 +64,11 @@ class SessionOrderAPIView(APIView):
 
 
 class OrderViewSet(viewsets.ViewSet):
-    @method_decorator(prevent_double_submit(BY_HEADER))
+    @method_decorator(prevent_double_submit(BY_CLIENT, wait=0))
     def create(self, request):
         return receipt("order_viewset_create", request)
 
     @action(detail=True, methods=["post"])
-    @method_decorator(prevent_double_submit(BY_HEADER))
+    @method_decorator(prevent_double_submit(BY_CLIENT, wait=0))
     def pay(self, request, pk=None):
         return receipt(f"order_viewset_pay:{pk}", request)

@@ -9,7 +9,7 @@ from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 
-from django_redis_lock import prevent_double_submit
+from django_redis_lock import PersonalIdentity, prevent_double_submit
 from django_redis_lock.mixins import PreventDoubleSubmitMixin
 
 runs: Counter = Counter()
@@ -25,11 +25,22 @@ def ran(name):
         runs[name] += 1
 
 
+# A shared identity: anyone may send any X-Client header (duplicates get 409, never a replay).
 BY_HEADER = "header:X-Client"
 
 
+def client(request):
+    """The tests' stand-in for an authenticated API client: one person per ``X-Client``
+    value, so duplicates are shown the first response (a personal identity)."""
+    value = request.headers.get("X-Client")
+    return PersonalIdentity(f"client:{value}") if value else None
+
+
+BY_CLIENT = "tests.testapp.views.client"
+
+
 @csrf_exempt  # the live-server test posts without a form
-@prevent_double_submit(BY_HEADER)
+@prevent_double_submit(BY_CLIENT, wait=0)  # a duplicate while it runs: 409 at once
 def order(request):
     ran("order")
     gate.wait(30)
@@ -45,7 +56,7 @@ def order_by_user(request):
     return HttpResponse("ordered")
 
 
-@prevent_double_submit(BY_HEADER, idempotency_header="Idempotency-Key")
+@prevent_double_submit(BY_CLIENT, idempotency_header="Idempotency-Key")
 def payment(request):
     ran("payment")
     gate.wait(30)
@@ -53,7 +64,7 @@ def payment(request):
 
 
 @csrf_exempt
-@prevent_double_submit(BY_HEADER, idempotency_header="Idempotency-Key")
+@prevent_double_submit(BY_CLIENT, idempotency_header="Idempotency-Key")
 def report(request):
     """A large response (``size`` bytes of it), replayable to an Idempotency-Key's retries."""
     ran("report")
@@ -74,7 +85,7 @@ def session_payment(request):
     return HttpResponse(f"receipt for {request.POST.get('payer')}: {secrets.token_hex(8)}")
 
 
-@prevent_double_submit(BY_HEADER, wait=10)
+@prevent_double_submit(BY_CLIENT)  # a person's duplicate waits for the first (10 s at most)
 def patient(request):
     ran("patient")
     gate.wait(30)
@@ -87,7 +98,7 @@ def stream(request):
     return StreamingHttpResponse(iter([b"a", b"b"]))
 
 
-@prevent_double_submit(BY_HEADER)
+@prevent_double_submit(BY_CLIENT)
 def upload(request):
     ran("upload")
     return HttpResponse(request.FILES["document"].read())
@@ -99,7 +110,7 @@ def failing(request):
     raise RuntimeError("boom")
 
 
-@prevent_double_submit(BY_HEADER)
+@prevent_double_submit(BY_CLIENT, wait=0)
 async def async_order(request):
     ran("async_order")
     event = async_gate.get("event")
@@ -130,7 +141,7 @@ class MixinView(PreventDoubleSubmitMixin, View):
 
 
 class AsyncMixinView(PreventDoubleSubmitMixin, View):
-    double_submit = {"key": BY_HEADER}
+    double_submit = {"key": BY_CLIENT, "wait": 0}
 
     async def post(self, request):
         ran("async_mixin_view")
