@@ -33,7 +33,8 @@ def shop(request):
     return render(request, "shop/shop.html", context)
 
 
-@prevent_double_submit("session")  # duplicates get 409, or the first response replayed
+# A session is one person: a duplicate waits for the first request and is shown its response.
+@prevent_double_submit("session")
 def checkout(request):
     time.sleep(0.5)  # a slow payment provider: plenty of time for a double click
     product = Product.objects.get(pk=request.POST["product"])

@@ -5,6 +5,8 @@ import threading
 from collections import Counter
 
 from django.http import HttpResponse, HttpResponseRedirect, JsonResponse, StreamingHttpResponse
+from django.middleware.csrf import get_token
+from django.utils.html import format_html
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.csrf import csrf_exempt
@@ -54,6 +56,28 @@ def order_by_user(request):
     ran(f"order_by_user:{request.user.pk}")
     gate.wait(30)
     return HttpResponse("ordered")
+
+
+def checkout_form(request):
+    """A logged-in user's checkout page: one button, which the browser test double-clicks."""
+    return HttpResponse(
+        format_html(
+            '<form method="post" action="/checkout/"><input type="hidden" '
+            'name="csrfmiddlewaretoken" value="{}"><button>Place order</button></form>',
+            get_token(request),
+        )
+    )
+
+
+@prevent_double_submit()  # the defaults, as a Django project writes it: the user, else the IP
+def checkout(request):
+    ran("checkout")
+    gate.wait(30)
+    return HttpResponseRedirect(f"/checkout/done/?order={sum(runs.values())}")
+
+
+def checkout_done(request):
+    return HttpResponse(format_html("<h1>Order {} placed</h1>", request.GET["order"]))
 
 
 @prevent_double_submit(BY_CLIENT, idempotency_header="Idempotency-Key")

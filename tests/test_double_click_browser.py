@@ -1,0 +1,77 @@
+"""The double click of docs/views.md in a real browser (headless Chromium, driven by
+Playwright): a logged-in user's second click on a ``@prevent_double_submit()`` form, sent while
+the first request runs, shows the page the first one redirects to, and the order is placed once.
+
+A browser that receives two responses shows the second: before the defaults waited for the
+first request, the user saw the 409 page although the order went through.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from tests.helpers import CHROMIUM_FLAGS, find_chromium, wait_until
+from tests.test_admin_browser import keep_screenshots
+from tests.test_views import queued_for
+from tests.testapp import views
+
+
+@pytest.fixture
+def browser_page(live_server, monkeypatch):
+    """A headless Chromium page, logged in as a user (with the session cookie of Django's
+    test client); skips without Chromium or Playwright."""
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("No Chromium found: `apt install chromium`, or set CHROMIUM=/path/to/it.")
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    client = Client()
+    client.force_login(User.objects.create_user("alice"))
+    # Playwright's sync API runs an event loop in this thread; the ORM is not used meanwhile.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        context = browser.new_context()
+        context.add_cookies(
+            [{"name": name, "value": cookie.value, "url": live_server.url}
+             for name, cookie in client.cookies.items()]
+        )  # fmt: skip
+        yield context.new_page()
+        browser.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_views():
+    views.runs.clear()
+    views.gate.set()
+    yield
+    views.gate.set()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_double_click_shows_the_first_request_s_page(browser_page, live_server, tmp_path):
+    page = browser_page
+    page.goto(f"{live_server.url}/checkout/form/")
+    views.gate.clear()  # the first request stays in the view until the second has arrived
+    box = page.locator("button").bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    with queued_for(".checkout") as queued:
+        page.mouse.click(x, y)
+        wait_until(lambda: views.runs["checkout"], 10, "the first request inside the view")
+        # The second click of the double click, on the page the browser still shows (the
+        # mouse's: a locator's click would wait for the first click's navigation).
+        page.mouse.click(x, y)
+        answered = wait_until(
+            lambda: ("waiting" if queued.acquire(timeout=0.05) else None)
+            or ("refused" if "Already submitted" in page.content() else None),
+            10, "the second request waiting for the first, or answered",
+        )  # fmt: skip
+        views.gate.set()
+        assert answered == "waiting", "the second click was answered 409 while the first ran"
+        page.wait_for_url("**/checkout/done/**", timeout=30_000)
+    page.screenshot(path=tmp_path / "double-click.png")
+    keep_screenshots(tmp_path / "double-click.png")
+    assert page.inner_text("h1") == "Order 1 placed"
+    assert "Already submitted" not in page.content()
+    assert views.runs["checkout"] == 1
