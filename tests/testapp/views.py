@@ -6,8 +6,8 @@ from collections import Counter
 
 from django.http import HttpResponse, HttpResponseRedirect, JsonResponse, StreamingHttpResponse
 from django.middleware.csrf import get_token
-from django.utils.html import format_html
 from django.utils.decorators import method_decorator
+from django.utils.html import format_html
 from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 
