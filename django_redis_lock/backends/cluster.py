@@ -18,6 +18,7 @@ from ..core.requests import Block, Eval
 from ..core.schedule import RenewedLease
 from .acl import CLUSTER_CLIENT_COMMANDS
 from .base import one_by_one, shortened
+from .inflight import carried
 from .renewals import extend_on_nodes
 from .scripts import Script
 from .server import AsyncServerBackend, Server, ServerBackend
@@ -116,7 +117,13 @@ class AsyncClusterBackend(AsyncServerBackend):
         return one_slot(keys)
 
     async def send(self, *args: Any, **options: Any) -> Any:
-        return await aexecute_on_cluster(self.client, *args)
+        # Carried to its end (inflight.py): a cancellation waits for the reply, and gives back
+        # what the request took (if_silent) before it goes on.
+        if_silent = options.get("if_silent")
+        give_back = None if if_silent is None else (
+            lambda: aexecute_on_cluster(self.client, *if_silent())
+        )  # fmt: skip
+        return await carried(aexecute_on_cluster(self.client, *args), give_back=give_back)
 
     async def send_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         replies: list[Any] = []

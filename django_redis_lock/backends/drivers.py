@@ -11,10 +11,11 @@ from typing import Any
 
 from ..core.flows import Flow
 from ..core.layout import KeyLayout
-from ..core.requests import Eval, Pipeline, Sleep
+from ..core.requests import Command, Eval, Failover, Pipeline, Sleep
 from ..core.uncontended import released
+from .inflight import carry
 
-__all__ = ["arelease", "arun", "release", "run"]
+__all__ = ["CancelledWithOutcome", "arelease", "arun", "release", "run"]
 
 
 def run(flow: Flow, backend: Any) -> Any:
@@ -36,36 +37,58 @@ def run(flow: Flow, backend: Any) -> Any:
             error = exc
 
 
+class CancelledWithOutcome(asyncio.CancelledError):
+    """:func:`arun`'s flow ended with ``outcome`` (a lease granted, say) after the caller was
+    cancelled: a cancellation still, which the caller raises once it has given back what the
+    outcome holds (``Leased.aclaim`` releases it)."""
+
+    def __init__(self, outcome: Any) -> None:
+        super().__init__()
+        self.outcome = outcome
+
+
+# What a backend carries to its end however the caller is cancelled (``inflight.carry``): the
+# core's requests to Redis, each a round trip. Waits are cut at once; a group's steps
+# (``primitives/group_steps.py``) run in the caller's task, as each member's own call.
+_CARRIED = (Command, Eval, Pipeline, Failover)
+
+
 async def arun(flow: Flow, backend: Any) -> Any:
-    """:func:`run` for asyncio. Requests the flow sends while cleaning up (after an error or a
-    cancellation) are shielded from a further cancellation."""
+    """:func:`run` for asyncio. A request to Redis is carried to its end however the caller
+    is cancelled meanwhile (a cancellation waits for the reply in flight, ``inflight.py``), and
+    its reply goes to the flow; the cancellation is thrown into the flow at its next step instead
+    of that step (unless it is a clean-up step: those are carried out too), so that it steps out
+    of the line. A flow that ends all the same ends in :class:`CancelledWithOutcome`. Blocking
+    waits (``Block``, ``Sleep``) are cut at once."""
     reply: Any = None
     error: BaseException | None = None
+    cancelled: asyncio.CancelledError | None = None
     while True:
         try:
             request = flow.send(reply) if error is None else flow.throw(error)
         except StopIteration as stop:
+            if cancelled is not None:
+                raise CancelledWithOutcome(stop.value) from cancelled
             return stop.value
+        except BaseException as failure:
+            if cancelled is not None and failure is not cancelled:
+                raise cancelled from failure
+            raise
         reply = error = None
+        if cancelled is not None and not getattr(request, "cleanup", False):
+            error = cancelled  # told now, in this step's stead
+            continue
         try:
             if type(request) is Sleep:
                 await asyncio.sleep(request.seconds)
-            elif getattr(request, "cleanup", False):
-                reply = await _shielded(backend.perform(request))
+            elif isinstance(request, _CARRIED):
+                done = await carry(backend.perform(request))
+                reply, error = done.reply, done.error
+                cancelled = cancelled or done.cancelled
             else:
                 reply = await backend.perform(request)
         except BaseException as exc:
             error = exc
-
-
-async def _shielded(awaitable: Any) -> Any:
-    task = asyncio.ensure_future(awaitable)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        # Cancelled again while cleaning up: the request goes on, unwatched; the flow is told
-        # it failed (its clean-up steps expect that of any request).
-        raise ConnectionError("cancelled while cleaning up") from None
 
 
 def release(request: Eval, keys: KeyLayout, backend: Any) -> tuple[int, str]:
@@ -80,9 +103,11 @@ def release(request: Eval, keys: KeyLayout, backend: Any) -> tuple[int, str]:
 
 
 async def arelease(request: Eval, keys: KeyLayout, backend: Any) -> tuple[int, str]:
-    """:func:`release` for asyncio; the wake-ups are shielded from a cancellation."""
+    """:func:`release` for asyncio. Its callers carry it to its end (``inflight.carry``): a
+    release cut by a cancellation would keep the lock for a lease, or leave the waiters it was
+    handed to asleep."""
     code, wake, first = released(keys, await backend.perform(request))
     if wake:
         with contextlib.suppress(Exception):
-            await _shielded(backend.perform(Pipeline(wake, cleanup=True)))
+            await backend.perform(Pipeline(wake, cleanup=True))
     return code, first

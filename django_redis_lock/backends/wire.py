@@ -22,8 +22,8 @@ from redis.exceptions import AskError, MovedError, RedisClusterException, RedisE
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import SentinelConnectionPool
 
-from ..core.durations import readable
 from ..core.release import WaitRefused
+from .inflight import carried, no_reply
 
 __all__ = [
     "aborrowed",
@@ -149,10 +149,6 @@ def _default_socket_timeout(connection_class: type) -> float | None:
     return None
 
 
-def no_reply(reply_timeout: float) -> RedisTimeoutError:
-    return RedisTimeoutError(f"Redis did not answer within {readable(reply_timeout)}")
-
-
 def execute(
     client: Any,
     *args: Any,
@@ -174,8 +170,8 @@ def execute(
     came in time: Redis runs it after the first, whenever it runs that one.
     """
     with borrowed(client) as connection:
-        connection.send_packed_command([pack(args)])
         try:
+            connection.send_packed_command([pack(args)])
             if (
                 reply_timeout is not None
                 and sooner(reply_timeout, connection.socket_timeout)
@@ -188,6 +184,17 @@ def execute(
             return connection.read_response(disconnect_on_error=False)
         except RedisTimeoutError:
             if if_silent is not None:  # still open and in step: it runs after the first
+                with contextlib.suppress(RedisError, OSError):
+                    connection.send_packed_command([pack(if_silent())], check_health=False)
+            raise
+        except RedisError:
+            raise
+        except BaseException:
+            # Interrupted (KeyboardInterrupt from a signal handler, SystemExit...) anywhere
+            # from the send to the reply handed back: the request may have run, and what it
+            # took goes back, on the same connection if still open, before the interrupt goes
+            # on. Not waited for: Redis runs it right after the request.
+            if if_silent is not None:
                 with contextlib.suppress(RedisError, OSError):
                     connection.send_packed_command([pack(if_silent())], check_health=False)
             raise
@@ -356,14 +363,17 @@ async def aexecute(
     reply_timeout: float | None = None,
     if_silent: Callable[[], Sequence[Any]] | None = None,
 ) -> Any:
-    """:func:`execute` for a ``redis.asyncio`` client of one server; ``if_silent`` is also
-    sent when the task is cancelled while it waits for the reply."""
+    """:func:`execute` for a ``redis.asyncio`` client of one server. A cancellation of the
+    caller waits for the reply (``inflight.py``) and, for a request with a give-back
+    (``if_silent``), sends it and waits for its reply too before it goes on: what the request
+    took goes back at once. Past ``CANCEL_GRACE``, ``if_silent`` follows the request on its
+    connection instead, without waiting, as it does when ``reply_timeout`` runs out."""
     if not sooner(reply_timeout, socket_timeout_of(client.connection_pool)):
-        return await _aexecute_once(client, args, if_silent)
-    try:  # the whole exchange: a new connection's handshake waits for Redis too
-        return await asyncio.wait_for(_aexecute_once(client, args, if_silent), reply_timeout)
-    except asyncio.TimeoutError:
-        raise no_reply(cast(float, reply_timeout)) from None
+        reply_timeout = None
+    give_back = None if if_silent is None else (lambda: _aexecute_once(client, if_silent()))
+    return await carried(
+        _aexecute_once(client, args, if_silent), reply_timeout=reply_timeout, give_back=give_back
+    )
 
 
 async def aexecute_on_cluster(cluster: Any, *args: Any, **ignored: Any) -> Any:

@@ -265,8 +265,8 @@ def _wait_in_line(plan: AcquirePlan) -> Flow:
             )  # fmt: skip
             message = None
             try:
+                queued = True  # perhaps, from here on: an error leaves the line
                 if together:
-                    queued = True  # perhaps, from here on: an error leaves the line
                     reply, message = yield Block(
                         keys.wake(token), block, exact, first=join, after_first=queued_now
                     )

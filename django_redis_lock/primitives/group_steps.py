@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from redis.exceptions import RedisError
 
 from ..backends import async_backend_of, backend_of
-from ..backends.drivers import arun, run
+from ..backends.drivers import CancelledWithOutcome, arun, run
 from ..core.many import TakenInOrder, take_in_order
 from ..exceptions import LockBackendError
 from .claims import Pending
@@ -95,6 +95,10 @@ class AsyncMembers(Members):
             backend = async_backend_of(pendings[0][1].alias)
             try:
                 taken = await arun(take_in_order([p.plan for _, p in pendings]), backend)
+            except CancelledWithOutcome as cancelled:
+                # Taken as the caller was cancelled: held, so that the group gives them back.
+                self.group.settle(step, pendings, cancelled.outcome)
+                raise
             except RedisError as exc:
                 raise self.group.backend_error(exc) from exc
             self.group.settle(step, pendings, taken)

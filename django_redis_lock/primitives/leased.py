@@ -6,7 +6,8 @@ and the primitives, cannot drift apart."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -14,7 +15,8 @@ from redis.exceptions import RedisError
 
 from ..backends import async_backend_of, backend_of, drivers
 from ..backends.clients import LockAlias
-from ..backends.drivers import arun, run
+from ..backends.drivers import CancelledWithOutcome, arun, run
+from ..backends.inflight import carry
 from ..core import durations, flows
 from ..exceptions import LockBackendError, LockNotOwned
 from ..validators import checked_quorum
@@ -185,6 +187,11 @@ class Leased:
             raise self._book.release_failure(step, exc) from exc
         except BaseException as exc:
             self._book.release_failure(step, exc)
+            # Interrupted (a KeyboardInterrupt between two bytecodes): the release is finished
+            # before the interrupt goes on, or the lock would stay held by nobody for a lease.
+            # Tried again as a retry, which takes a lease already gone for released.
+            with contextlib.suppress(Exception):
+                self._settle()
             raise
         self._book.released(step, code, first)
 
@@ -266,6 +273,12 @@ class Leased:
         backend = async_backend_of(pending.alias)
         try:
             outcome = await arun(flows.acquire(pending.plan), backend)
+        except CancelledWithOutcome as cancelled:
+            # Granted as the caller was cancelled: held, then given back, before it goes on.
+            if self._book.settled(pending, cancelled.outcome).acquired:
+                with contextlib.suppress(LockNotOwned, LockBackendError):
+                    await self.arelease()
+            raise
         except (RedisError, flows.Unconfirmed) as exc:
             raise self._book.backend_error("acquire", exc, pending.plan.started) from exc
         return self._book.settled(pending, outcome)
@@ -284,26 +297,25 @@ class Leased:
         step = self._book.release_step(result, result_ttl)
         if step.request is None:
             return
-        try:
-            code, first = await drivers.arelease(
-                step.request, step.keys, async_backend_of(step.alias)
-            )
-        except RedisError as exc:
-            raise self._book.release_failure(step, exc) from exc
-        except BaseException as exc:  # a cancellation too
-            self._book.release_failure(step, exc)
-            raise
-        self._book.released(step, code, first)
+        # Carried to its end and accounted for, then a cancellation meanwhile goes on.
+        done = await carry(drivers.arelease(step.request, step.keys, async_backend_of(step.alias)))
+        with _then_raising(done.cancelled):
+            if isinstance(done.error, RedisError):
+                raise self._book.release_failure(step, done.error) from done.error
+            if done.error is not None:
+                self._book.release_failure(step, done.error)
+                raise done.error
+            self._book.released(step, *done.reply)
 
     async def aextend(self, seconds: float | None = None) -> None:
         """``extend()`` for asyncio."""
         step = self._book.extend_step(seconds)
         assert step.flow is not None
-        try:
-            extended = await arun(step.flow, async_backend_of(step.alias))
-        except (RedisError, flows.Unconfirmed) as exc:
-            raise self._book.backend_error("extend", exc) from exc
-        self._book.extended(step, extended)
+        done = await carry(arun(step.flow, async_backend_of(step.alias)))
+        with _then_raising(done.cancelled):
+            if isinstance(done.error, RedisError | flows.Unconfirmed):
+                raise self._book.backend_error("extend", done.error) from done.error
+            self._book.extended(step, done.result())
 
     async def __aenter__(self: _Self) -> _Self:
         (await self.aclaim()).raise_unless_acquired()
@@ -327,10 +339,23 @@ class Leased:
         step = self._book.unsettled()
         if step is not None and step.request is not None:
             backend = async_backend_of(step.alias)
-            try:
-                code, first = await drivers.arelease(step.request, step.keys, backend)
-                self._book.released(step, code, first)
-            except LockNotOwned:
-                pass
-            except RedisError as exc:
-                raise self._book.release_failure(step, exc) from exc
+            done = await carry(drivers.arelease(step.request, step.keys, backend))
+            with _then_raising(done.cancelled):
+                if isinstance(done.error, RedisError):
+                    raise self._book.release_failure(step, done.error) from done.error
+                with contextlib.suppress(LockNotOwned):
+                    self._book.released(step, *done.result())
+
+
+@contextlib.contextmanager
+def _then_raising(cancelled: BaseException | None) -> Iterator[None]:
+    """Account for a carried request's outcome (``inflight.carry``), then raise the caller's
+    cancellation that came meanwhile, if one did: ahead of what the accounting raised."""
+    try:
+        yield
+    except BaseException as error:
+        if cancelled is None:
+            raise
+        raise cancelled from error
+    if cancelled is not None:
+        raise cancelled

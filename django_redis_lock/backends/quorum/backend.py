@@ -11,6 +11,7 @@ from redis.exceptions import RedisError
 
 from ...core.schedule import RenewedLease
 from ..base import one_by_one
+from ..inflight import carried
 from ..scripts import EXTEND
 from ..server import AsyncServerBackend, Server, ServerBackend
 from .client import QuorumUnavailable
@@ -105,7 +106,13 @@ class AsyncQuorumBackend(AsyncServerBackend):
         return False
 
     async def send(self, *args: Any, **options: Any) -> Any:
-        return await self.client.execute_command(*args)
+        # Carried to its end (inflight.py): the worker thread runs on whatever happens to the
+        # caller, so a cancellation waits for its answer and gives back what it took first.
+        if_silent = options.get("if_silent")
+        give_back = None if if_silent is None else (
+            lambda: self.client.execute_command(*if_silent())
+        )  # fmt: skip
+        return await carried(self.client.execute_command(*args), give_back=give_back)
 
     async def drop_stale(self, key: str) -> None:
         """Independent servers, no failover to follow."""
