@@ -1,5 +1,6 @@
-"""How the admin Locks pages show what they read: durations, ages, the list's orders, and
-the query strings of their links (``admin.py`` has the views)."""
+"""How the admin Locks pages show what they read: durations, ages, the list's orders, the
+query strings of their links, and how a link or form names the lease it releases (``admin.py``
+has the views)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from django.http import HttpRequest
 
@@ -15,7 +16,16 @@ from .core.durations import readable
 from .registry.census import Entry
 from .registry.records import LockInfo
 
-__all__ = ["LIST_ORDERS", "age", "duration", "entry_rows", "query_string", "refresh_seconds"]
+__all__ = [
+    "LIST_ORDERS",
+    "age",
+    "duration",
+    "entry_rows",
+    "lease_from_reference",
+    "lease_reference",
+    "query_string",
+    "refresh_seconds",
+]
 
 # How the list's rows may be ordered (within the page: SCAN pages come in no order).
 LIST_ORDERS: dict[str, Callable[[LockInfo], Any]] = {
@@ -59,3 +69,21 @@ def entry_rows(entries: list[Entry]) -> list[tuple[Entry, str, str]]:
          "never" if entry.ends_in == math.inf else readable(entry.ends_in))
         for entry in entries
     ]  # fmt: skip
+
+
+def lease_reference(token: str, name: str) -> str:
+    """How the release links and forms name one lease (a lock's, or a semaphore's permit):
+    ``<token>:<name>`` with the token percent-encoded. An encoded token has no ``:``, so the
+    first one ends it, whatever the name holds; a job's token carries the job's id, and ids
+    such as ``rq:job:42`` have colons, as names do."""
+    return f"{quote(token, safe='')}:{name}"
+
+
+def lease_from_reference(value: str) -> tuple[str, str]:
+    """``(token, name)`` from a :func:`lease_reference`; ``ValueError`` for a value it did not
+    write (no colon, an empty token or name, a token not encoded as it encodes one)."""
+    quoted, colon, name = value.partition(":")
+    token = unquote(quoted, errors="strict") if colon and quoted and name else ""
+    if not token or quote(token, safe="") != quoted:
+        raise ValueError(f"not a lease reference: {value!r}")
+    return token, name

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import threading
+from urllib.parse import unquote
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -172,6 +174,76 @@ def test_release_of_a_lock_that_changed_hands_deletes_nothing(releaser):
     assert "Nothing was deleted" in response.content.decode()
     assert second.owned()
     assert not LogEntry.objects.exists()
+
+
+def _links_and_boxes(page: str) -> tuple[list[str], list[str]]:
+    """The Release… links' query values, and the checkboxes' values, of a rendered list."""
+    links = re.findall(r'href="[^"]*/release/\?lock=([^"]+)"', page)
+    boxes = re.findall(r'name="lock" value="([^"]+)"', page)
+    return [unquote(html.unescape(link)) for link in links], list(map(html.unescape, boxes))
+
+
+def test_a_job_id_with_colons_is_released_from_its_button_and_its_checkbox(releaser):
+    """A job's reservation carries the job's id in its token (``rq:job:42~queued``), and lock
+    names have colons too: what the page shows names the lease whichever way it is split, and
+    releasing it frees it (a split at the first colon found no lock, and said nothing useful)."""
+    from django_redis_lock.task_guards import reservations
+
+    one, two = "task:shop.tasks.sync:42", "task:shop.tasks.sync:43"
+    assert reservations.reserve(one, "rq:job:42", ttl=600, label="RQ job").reserved
+    assert reservations.reserve(two, "celery:a%3Ab:c", ttl=600, label="odd id").reserved
+    links, boxes = _links_and_boxes(releaser.get(CHANGELIST).content.decode())
+    assert len(links) == 2
+    assert sorted(links) == sorted(boxes)
+    [link] = [value for value in links if value.endswith(":42")]
+    confirm = releaser.get(RELEASE, {"lock": link}).content.decode()
+    assert "held by" in confirm  # the lease it names was found, with the token shown
+    assert "no longer held" not in confirm
+    confirmed = [html.unescape(v) for v in re.findall(r'name="lock" value="([^"]+)"', confirm)]
+    assert confirmed == [link]
+    done = releaser.post(RELEASE, {"lock": confirmed, "confirm": "yes"}, follow=True)
+    assert f"Released {html.escape(repr(one))}." in done.content.decode()
+    assert lock_registry.get_lock(one) is None
+    assert "rq:job:42~queued" in LogEntry.objects.get().change_message
+    [box] = [value for value in boxes if value.endswith(":43")]
+    releaser.post(RELEASE, {"lock": [box], "confirm": "yes"})
+    assert lock_registry.get_lock(two) is None
+
+
+def test_a_value_that_names_no_lease_is_an_error_message(releaser):
+    """A value the page did not write (no colon, no token, a token not as the page encodes it)
+    is named in an error, while the well-formed ones of the same request go on."""
+    with Lock("kept", timeout=30) as held:
+        bad = ["no-colon-here", ":kept", "100%:kept"]  # no token; one not percent-encoded
+        confirm = releaser.get(RELEASE, {"lock": [*bad, f"{held.token}:kept"]}).content.decode()
+        for value in bad:
+            assert f"{html.escape(repr(value))} does not name a lock" in confirm
+        assert "held by" in confirm  # the good one is still offered
+        alone = releaser.post(RELEASE, {"lock": bad[:1], "confirm": "yes"}, follow=True)
+        text = alone.content.decode()
+        assert "does not name a lock" in text
+        assert "No lock was selected" not in text
+        assert held.owned()
+    assert not LogEntry.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("token", "name"),
+    [("AbC-123_xyz", "plain"), ("rq:job:42~queued", "demo:contention"),
+     ("celery:a%3Ab~r4nd", "100%:x"), ("été:~", ":")],
+)  # fmt: skip
+def test_a_lease_reference_gives_back_its_token_and_name(token, name):
+    from django_redis_lock.admin_display import lease_from_reference, lease_reference
+
+    assert lease_from_reference(lease_reference(token, name)) == (token, name)
+
+
+@pytest.mark.parametrize("value", ["", "no-colon", ":name", "token:", "100%:x", "rq%3ajob:x"])
+def test_a_value_no_lease_reference_has_is_refused(value):
+    from django_redis_lock.admin_display import lease_from_reference
+
+    with pytest.raises(ValueError, match="not a lease reference"):
+        lease_from_reference(value)
 
 
 def test_csrf_is_enforced():

@@ -76,7 +76,7 @@ def test_the_scrape_time_gauges_equal_what_the_admin_page_lists(contended):
     scraped = gauges(registry)
     page = staff("view_heldlock").get(CHANGELIST)
     assert page.status_code == 200
-    rows = [info for info, _ in page.context["rows"]]
+    rows = [info for info, *_ in page.context["rows"]]
     semaphores = [info for info, _ in page.context["semaphores"]]
     listed: Counter = Counter()
     for info in rows:
