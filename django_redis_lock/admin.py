@@ -15,6 +15,7 @@ waiting by group. It refreshes itself every few seconds until the user turns tha
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Any
 from urllib.parse import urlencode
@@ -140,19 +141,6 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             for info in sorted(items, key=display.LIST_ORDERS[order])
         ]
         here, page = (cursor, page_number) if page_number > 1 else ("", "")
-        total = None  # how many are held in all, not on this page only
-        if error is None and (rows or next_cursor):
-            try:
-                counted: census.Census | None = census.take_census(max_keys=COUNT_MAX_KEYS)
-            except (RedisError, LockBackendError):
-                counted = None  # the page was read: it is shown without the total
-            if counted is not None:
-                locks = [e for e in counted.entries if e.kind == "lock"]
-                total = {
-                    "held": sum(1 for e in locks if not query or query in e.name),
-                    "waiting": sum(e.waiting for e in locks if not query or query in e.name),
-                    "complete": counted.complete,
-                }
         semaphores = []
         if error is None and page_number == 1:  # few, and listed whole, on the first page
             try:
@@ -162,6 +150,13 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 )
             except (RedisError, LockBackendError) as exc:
                 error = f"Redis could not be reached: {exc}"
+        # Held and waiting in all, not on this page only, for locks and semaphores each: what
+        # Hot locks says, in the same words (the locks' waiters alone read as a smaller total).
+        counted = None
+        if error is None and (rows or next_cursor or semaphores):
+            # The page was read: if the census fails, it is shown without the totals.
+            with contextlib.suppress(RedisError, LockBackendError):
+                counted = census.take_census(max_keys=COUNT_MAX_KEYS)
         # The task and fencing columns only when a lock on the page has one: most have none.
         show_tasks = any(info.job_id for info in items)
         show_fences = any(info.fencing_token for info in items)
@@ -175,7 +170,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             error=error,
             page_size=lock_settings.ADMIN_PAGE_SIZE,
             scanned=scanned,
-            total=total,
+            census=counted,
+            kinds=counted.by_kind(query) if counted else None,
             order=order,
             refresh=refresh,
             # Links that keep the page's search, order and refresh, changing one of them.
@@ -207,6 +203,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             request,
             "Hot locks",
             census=found,
+            kinds=found.by_kind() if found else None,
             error=error,
             most_waited=display.entry_rows(found.most_waited(_HOT_ROWS)) if found else [],
             oldest=display.entry_rows(found.oldest(_HOT_ROWS)) if found else [],
