@@ -137,9 +137,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         # Sorted (by name unless asked): SCAN returns keys in no order, which may differ
         # between reloads.
         rows = [
-            (info, display.age(info), display.lease_reference(info.token, info.name))
+            (info, display.age(info), display.lease_reference(info.token, info.name),
+             display.breakable(info.name))
             for info in sorted(items, key=display.LIST_ORDERS[order])
-        ]
+        ]  # fmt: skip
         here, page = (cursor, page_number) if page_number > 1 else ("", "")
         semaphores = []
         if error is None and page_number == 1:  # few, and listed whole, on the first page
@@ -185,7 +186,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             keep_params="&" + display.query_string(q=query, o=order, refresh=refresh)[1:],
             show_tasks=show_tasks,
             show_fences=show_fences,
-            semaphores=[(info, display.age(info.holders[0])) for info in semaphores],
+            semaphores=[
+                (info, display.age(info.holders[0]), display.breakable(info.name))
+                for info in semaphores
+            ],
             semaphores_cut=len(semaphores) == lock_settings.ADMIN_PAGE_SIZE,
         )
         return TemplateResponse(request, _TEMPLATES + "change_list.html", context)
