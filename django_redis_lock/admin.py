@@ -15,6 +15,7 @@ waiting by group. It refreshes itself every few seconds until the user turns tha
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Any
 from urllib.parse import urlencode
@@ -26,6 +27,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.text import Truncator
 from redis.exceptions import RedisError
 
 from . import admin_display as display
@@ -44,6 +46,14 @@ _HOT_ROWS = 10
 # The count above the list comes from a census; on a Redis of millions of keys, the list's own
 # page stays quick, and the count stops after this many keys of ours and says "at least".
 COUNT_MAX_KEYS = 100_000
+
+
+def _not_a_reference(value: str, what: str) -> str:
+    """The error for a release request's value that names no lease (``what``: "a lock")."""
+    return (
+        f"{Truncator(value).chars(120)!r} does not name {what} as this page writes one (its "
+        "owner token, percent-encoded, then ':' and its name); it was left alone."
+    )
 
 
 class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -127,22 +137,11 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         # Sorted (by name unless asked): SCAN returns keys in no order, which may differ
         # between reloads.
         rows = [
-            (info, display.age(info)) for info in sorted(items, key=display.LIST_ORDERS[order])
-        ]
+            (info, display.age(info), display.lease_reference(info.token, info.name),
+             display.breakable(info.name))
+            for info in sorted(items, key=display.LIST_ORDERS[order])
+        ]  # fmt: skip
         here, page = (cursor, page_number) if page_number > 1 else ("", "")
-        total = None  # how many are held in all, not on this page only
-        if error is None and (rows or next_cursor):
-            try:
-                counted: census.Census | None = census.take_census(max_keys=COUNT_MAX_KEYS)
-            except (RedisError, LockBackendError):
-                counted = None  # the page was read: it is shown without the total
-            if counted is not None:
-                locks = [e for e in counted.entries if e.kind == "lock"]
-                total = {
-                    "held": sum(1 for e in locks if not query or query in e.name),
-                    "waiting": sum(e.waiting for e in locks if not query or query in e.name),
-                    "complete": counted.complete,
-                }
         semaphores = []
         if error is None and page_number == 1:  # few, and listed whole, on the first page
             try:
@@ -152,6 +151,13 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 )
             except (RedisError, LockBackendError) as exc:
                 error = f"Redis could not be reached: {exc}"
+        # Held and waiting in all, not on this page only, for locks and semaphores each: what
+        # Hot locks says, in the same words (the locks' waiters alone read as a smaller total).
+        counted = None
+        if error is None and (rows or next_cursor or semaphores):
+            # The page was read: if the census fails, it is shown without the totals.
+            with contextlib.suppress(RedisError, LockBackendError):
+                counted = census.take_census(max_keys=COUNT_MAX_KEYS)
         # The task and fencing columns only when a lock on the page has one: most have none.
         show_tasks = any(info.job_id for info in items)
         show_fences = any(info.fencing_token for info in items)
@@ -165,7 +171,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             error=error,
             page_size=lock_settings.ADMIN_PAGE_SIZE,
             scanned=scanned,
-            total=total,
+            census=counted,
+            kinds=counted.by_kind(query) if counted else None,
             order=order,
             refresh=refresh,
             # Links that keep the page's search, order and refresh, changing one of them.
@@ -179,7 +186,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             keep_params="&" + display.query_string(q=query, o=order, refresh=refresh)[1:],
             show_tasks=show_tasks,
             show_fences=show_fences,
-            semaphores=[(info, display.age(info.holders[0])) for info in semaphores],
+            semaphores=[
+                (info, display.age(info.holders[0]), display.breakable(info.name))
+                for info in semaphores
+            ],
             semaphores_cut=len(semaphores) == lock_settings.ADMIN_PAGE_SIZE,
         )
         return TemplateResponse(request, _TEMPLATES + "change_list.html", context)
@@ -197,6 +207,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             request,
             "Hot locks",
             census=found,
+            kinds=found.by_kind() if found else None,
             error=error,
             most_waited=display.entry_rows(found.most_waited(_HOT_ROWS)) if found else [],
             oldest=display.entry_rows(found.oldest(_HOT_ROWS)) if found else [],
@@ -214,9 +225,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         info, error = self._read(name) if name else (None, None)
         waiting = info.waiting if info is not None else None  # read with its record
         keys = lock_keys(info.name, lock_settings.CACHE_ALIAS) if info is not None else None
+        reference = display.lease_reference(info.token, info.name) if info else None
         context = self._context(
             request, name or "Lock", info=info, name=name, age=display.age(info) if info else None,
-            error=error, waiting=waiting, keys=keys,
+            error=error, waiting=waiting, keys=keys, reference=reference,
         )  # fmt: skip
         return TemplateResponse(request, _TEMPLATES + "detail.html", context)
 
@@ -230,7 +242,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 info = semaphore_registry.get_semaphore(name)
             except (RedisError, LockBackendError) as exc:
                 error = f"Redis could not be reached: {exc}"
-        holders = [(holder, display.age(holder)) for holder in info.holders] if info else []
+        holders = [
+            (holder, display.age(holder), display.lease_reference(holder.token, info.name))
+            for holder in info.holders
+        ] if info else []  # fmt: skip
         context = self._context(
             request,
             f"Semaphore {name}" if name else "Semaphore",
@@ -246,9 +261,14 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not self.has_release_permission(request):
             raise PermissionDenied
         data = request.POST if request.method == "POST" else request.GET
-        token, _, name = data.get("permit", "").partition(":")
-        if not (token and name):
+        value = data.get("permit", "")
+        if not value:
             messages.warning(request, "No permit was selected.")
+            return HttpResponseRedirect(self._url("changelist"))
+        try:
+            token, name = display.lease_from_reference(value)
+        except ValueError:
+            messages.error(request, _not_a_reference(value, "a permit"))
             return HttpResponseRedirect(self._url("changelist"))
         back = f"{self._url('semaphore')}?{urlencode({'name': name})}"
         if request.method != "POST" or data.get("confirm") != "yes":
@@ -260,7 +280,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             holder = next((h for h in info.holders if h.token == token), None) if info else None
             context = self._context(
                 request, "Release a permit?", name=name, token=token, holder=holder,
-                error=error, back_url=back,
+                error=error, back_url=back, reference=value,
             )  # fmt: skip
             return TemplateResponse(request, _TEMPLATES + "permit_release.html", context)
         by = request.user.get_username()
@@ -301,19 +321,24 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             raise PermissionDenied
         data = request.POST if request.method == "POST" else request.GET
         chosen = []  # (name, token): the leases that were shown
-        for value in data.getlist("lock"):
-            token, _, name = value.partition(":")
-            if token and name:
-                chosen.append((name, token))
+        values = data.getlist("lock")
+        for value in values:
+            try:
+                token, name = display.lease_from_reference(value)
+            except ValueError:
+                messages.error(request, _not_a_reference(value, "a lock"))
+                continue
+            chosen.append((name, token))
         changelist = self._url("changelist")
         if not chosen:
-            messages.warning(request, "No lock was selected.")
+            if not values:
+                messages.warning(request, "No lock was selected.")
             return HttpResponseRedirect(changelist)
         if request.method != "POST" or data.get("confirm") != "yes":
             infos, errors = [], []
             for name, token in chosen:
                 info, error = self._read(name)
-                infos.append((name, token, info))
+                infos.append((name, token, info, display.lease_reference(token, name)))
                 errors += [error] if error else []
             context = self._context(
                 request, "Release locks?", chosen=infos, error=errors[0] if errors else None

@@ -1,21 +1,36 @@
-"""How the admin Locks pages show what they read: durations, ages, the list's orders, and
-the query strings of their links (``admin.py`` has the views)."""
+"""How the admin Locks pages show what they read: durations, ages, the list's orders, the
+query strings of their links, and how a link or form names the lease it releases (``admin.py``
+has the views)."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from django.http import HttpRequest
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.text import Truncator
 
 from .core.durations import readable
 from .registry.census import Entry
 from .registry.records import LockInfo
 
-__all__ = ["LIST_ORDERS", "age", "duration", "entry_rows", "query_string", "refresh_seconds"]
+__all__ = [
+    "LIST_ORDERS",
+    "age",
+    "breakable",
+    "duration",
+    "entry_rows",
+    "lease_from_reference",
+    "lease_reference",
+    "query_string",
+    "refresh_seconds",
+]
 
 # How the list's rows may be ordered (within the page: SCAN pages come in no order).
 LIST_ORDERS: dict[str, Callable[[LockInfo], Any]] = {
@@ -52,10 +67,43 @@ def age(info: LockInfo) -> str:
     return duration((datetime.now(timezone.utc) - info.acquired_at).total_seconds())
 
 
-def entry_rows(entries: list[Entry]) -> list[tuple[Entry, str, str]]:
-    """Each entry with how long it has been held and how long its lease has left, as text."""
+def entry_rows(entries: list[Entry]) -> list[tuple[Entry, str, str, SafeString]]:
+    """Each entry with how long it has been held, how long its lease has left, as text, and
+    its name as the page shows it (:func:`breakable`)."""
     return [
         (entry, duration(entry.held_for),
-         "never" if entry.ends_in == math.inf else readable(entry.ends_in))
+         "never" if entry.ends_in == math.inf else readable(entry.ends_in), breakable(entry.name))
         for entry in entries
     ]  # fmt: skip
+
+
+# The ends of a name's parts (``report:nightly``, ``shop.tasks.sync``, ``a/b``): where a name
+# wraps when its column is narrower, rather than inside a part (``dem|o:con|tenti|on``).
+_PART_END = re.compile(r"(?<=[:./])")
+# Past this many characters a name is cut on the lists (whole in its link's title).
+NAME_SHOWN = 120
+
+
+def breakable(name: str) -> SafeString:
+    """``name`` as the lists show it: cut past :data:`NAME_SHOWN` characters, escaped, with a
+    line-break opportunity (``<wbr>``) after each separator of its parts."""
+    parts = _PART_END.split(Truncator(name).chars(NAME_SHOWN))
+    return mark_safe("<wbr>".join(escape(part) for part in parts))  # each part escaped
+
+
+def lease_reference(token: str, name: str) -> str:
+    """How the release links and forms name one lease (a lock's, or a semaphore's permit):
+    ``<token>:<name>`` with the token percent-encoded. An encoded token has no ``:``, so the
+    first one ends it, whatever the name holds; a job's token carries the job's id, and ids
+    such as ``rq:job:42`` have colons, as names do."""
+    return f"{quote(token, safe='')}:{name}"
+
+
+def lease_from_reference(value: str) -> tuple[str, str]:
+    """``(token, name)`` from a :func:`lease_reference`; ``ValueError`` for a value it did not
+    write (no colon, an empty token or name, a token not encoded as it encodes one)."""
+    quoted, colon, name = value.partition(":")
+    token = unquote(quoted, errors="strict") if colon and quoted and name else ""
+    if not token or quote(token, safe="") != quoted:
+        raise ValueError(f"not a lease reference: {value!r}")
+    return token, name

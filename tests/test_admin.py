@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import threading
+from urllib.parse import unquote
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -69,7 +71,7 @@ def test_search_and_next_page(viewer, settings):
     seen, url = [], CHANGELIST + "?q=job:"
     for _ in range(10):
         response = viewer.get(url)
-        page = response.content.decode()
+        page = response.content.decode().replace("<wbr>", "")  # a name's break opportunities
         seen += [f"job:{i}" for i in range(12) if f">job:{i}<" in page]
         assert ">other<" not in page
         if "Next page" not in page:
@@ -118,12 +120,12 @@ def test_the_list_is_in_a_stable_order(viewer):
     for held in locks:
         held.acquire()
     try:
-        pages = {tuple(re.findall(r">(m:[a-e])<", viewer.get(CHANGELIST).content.decode()))
+        pages = {tuple(re.findall(r">(m:<wbr>[a-e])<", viewer.get(CHANGELIST).content.decode()))
                  for _ in range(3)}  # fmt: skip
     finally:
         for held in locks:
             held.release()
-    assert pages == {tuple(sorted(names))}
+    assert pages == {tuple(name.replace(":", ":<wbr>") for name in sorted(names))}
 
 
 def test_release_needs_the_permission(viewer):
@@ -174,6 +176,85 @@ def test_release_of_a_lock_that_changed_hands_deletes_nothing(releaser):
     assert not LogEntry.objects.exists()
 
 
+def _links_and_boxes(page: str) -> tuple[list[str], list[str]]:
+    """The Release… links' query values, and the checkboxes' values, of a rendered list."""
+    links = re.findall(r'href="[^"]*/release/\?lock=([^"]+)"', page)
+    boxes = re.findall(r'name="lock" value="([^"]+)"', page)
+    return [unquote(html.unescape(link)) for link in links], list(map(html.unescape, boxes))
+
+
+def test_a_job_id_with_colons_is_released_from_its_button_and_its_checkbox(releaser):
+    """A job's reservation carries the job's id in its token (``rq:job:42~queued``), and lock
+    names have colons too: what the page shows names the lease whichever way it is split, and
+    releasing it frees it (a split at the first colon found no lock, and said nothing useful)."""
+    from django_redis_lock.task_guards import reservations
+
+    one, two = "task:shop.tasks.sync:42", "task:shop.tasks.sync:43"
+    assert reservations.reserve(one, "rq:job:42", ttl=600, label="RQ job").reserved
+    assert reservations.reserve(two, "celery:a%3Ab:c", ttl=600, label="odd id").reserved
+    links, boxes = _links_and_boxes(releaser.get(CHANGELIST).content.decode())
+    assert len(links) == 2
+    assert sorted(links) == sorted(boxes)
+    [link] = [value for value in links if value.endswith(":42")]
+    confirm = releaser.get(RELEASE, {"lock": link}).content.decode()
+    assert "held by" in confirm  # the lease it names was found, with the token shown
+    assert "no longer held" not in confirm
+    confirmed = [html.unescape(v) for v in re.findall(r'name="lock" value="([^"]+)"', confirm)]
+    assert confirmed == [link]
+    done = releaser.post(RELEASE, {"lock": confirmed, "confirm": "yes"}, follow=True)
+    assert f"Released {html.escape(repr(one))}." in done.content.decode()
+    assert lock_registry.get_lock(one) is None
+    assert "rq:job:42~queued" in LogEntry.objects.get().change_message
+    [box] = [value for value in boxes if value.endswith(":43")]
+    releaser.post(RELEASE, {"lock": [box], "confirm": "yes"})
+    assert lock_registry.get_lock(two) is None
+
+
+def test_a_value_that_names_no_lease_is_an_error_message(releaser):
+    """A value the page did not write (no colon, no token, a token not as the page encodes it)
+    is named in an error, while the well-formed ones of the same request go on."""
+    with Lock("kept", timeout=30) as held:
+        bad = ["no-colon-here", ":kept", "100%:kept"]  # no token; one not percent-encoded
+        confirm = releaser.get(RELEASE, {"lock": [*bad, f"{held.token}:kept"]}).content.decode()
+        for value in bad:
+            assert f"{html.escape(repr(value))} does not name a lock" in confirm
+        assert "held by" in confirm  # the good one is still offered
+        alone = releaser.post(RELEASE, {"lock": bad[:1], "confirm": "yes"}, follow=True)
+        text = alone.content.decode()
+        assert "does not name a lock" in text
+        assert "No lock was selected" not in text
+        assert held.owned()
+    assert not LogEntry.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("token", "name"),
+    [("AbC-123_xyz", "plain"), ("rq:job:42~queued", "demo:contention"),
+     ("celery:a%3Ab~r4nd", "100%:x"), ("été:~", ":")],
+)  # fmt: skip
+def test_a_lease_reference_gives_back_its_token_and_name(token, name):
+    from django_redis_lock.admin_display import lease_from_reference, lease_reference
+
+    assert lease_from_reference(lease_reference(token, name)) == (token, name)
+
+
+@pytest.mark.parametrize("value", ["", "no-colon", ":name", "token:", "100%:x", "rq%3ajob:x"])
+def test_a_value_no_lease_reference_has_is_refused(value):
+    from django_redis_lock.admin_display import lease_from_reference
+
+    with pytest.raises(ValueError, match="not a lease reference"):
+        lease_from_reference(value)
+
+
+def test_a_name_is_shown_escaped_and_breaks_between_its_parts():
+    from django_redis_lock.admin_display import breakable
+
+    shown = breakable("<i>&x:shop.tasks/sync")
+    assert shown == "&lt;i&gt;&amp;x:<wbr>shop.<wbr>tasks/<wbr>sync"
+    assert breakable("demo:contention") == "demo:<wbr>contention"
+    assert breakable("a" * 300) == "a" * 119 + "…"
+
+
 def test_csrf_is_enforced():
     user = User.objects.create_superuser("admin", password="pw")
     client = Client(enforce_csrf_checks=True)
@@ -214,7 +295,11 @@ def test_rendering_the_page_never_sends_keys(viewer, redis_client):
 def test_the_page_says_how_many_are_held_and_what_the_page_shows(viewer):
     with Lock("counted", timeout=30):
         page = viewer.get(CHANGELIST).content.decode()
-    assert "1 lock held now, 0 waiters queued. Page 1 shows 1 of them" in page
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", page))
+    assert (
+        "Held now: 1 lock, 0 waiters queued for it; no semaphore permit. 0 waiters in all. "
+        "Page 1 shows 1 of the locks, by name" in text
+    )
 
 
 # -- errors are messages, never a 500, and nothing is deleted ---------------------------------

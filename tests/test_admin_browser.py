@@ -47,6 +47,11 @@ def open_locks_page(live_server, monkeypatch):
         browser.close()
 
 
+# The lines an inline element's text is laid out on (one box per line, and a <wbr> may split
+# one line's box in two: they share its top).
+LINES = "e => new Set([...e.getClientRects()].map(r => Math.round(r.top))).size"
+
+
 def keep_screenshots(*shots: Path) -> None:
     keep = os.environ.get("DJANGO_REDIS_LOCK_SCREENSHOT_DIR")
     for shot in shots if keep else ():
@@ -225,7 +230,8 @@ def test_operator_finds_the_hot_locks_in_the_browser(open_locks_page, tmp_path, 
         page.wait_for_url("**o=waiting**")
         first = page.locator("#result_list tbody tr").first
         assert "orders:sync:11" in first.inner_text()
-        assert "3 locks held now, 3 waiters queued" in page.inner_text("#lock-count")
+        totals = page.inner_text("#lock-totals")
+        assert totals.startswith("Held now: 3 locks, 3 waiters queued for them; 2 permits of ")
         by_waiters = tmp_path / "admin-locks-by-waiters.png"
         page.screenshot(path=str(by_waiters), full_page=True)
         page.click("text=Hot locks")
@@ -234,7 +240,7 @@ def test_operator_finds_the_hot_locks_in_the_browser(open_locks_page, tmp_path, 
         top = page.locator("#hot-waited tbody tr").first.inner_text()
         assert "orders:sync:11" in top
         assert "\t3\t" in top
-        assert "5 locks and permits held now" in page.inner_text("#hot-summary")
+        assert page.inner_text("#lock-totals") == totals
         page.click("#hot-refresh")  # Stop refreshing
         page.wait_for_url("**refresh=off**")
         assert page.locator('meta[http-equiv="refresh"]').count() == 0
@@ -286,3 +292,70 @@ def test_a_300_character_name_keeps_the_release_button_on_the_page(open_locks_pa
         shot = tmp_path / "admin-long-name.png"
         page.screenshot(path=str(shot), full_page=True)
     keep_screenshots(shot)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_both_pages_count_the_same_waiters_and_keep_names_whole_at_1400_px(
+    open_locks_page, tmp_path, redis_client
+):
+    """The demo's "Make contention": a lock with three waiters, a semaphore of two permits with
+    two, and the run's own lock. The Locks page and Hot locks say the same of them (it counted
+    the locks' waiters only, and said 3 where Hot locks said 5), and in a 1400-pixel-wide
+    window no name is wrapped inside a word (Hot locks broke ``demo:contention`` as
+    ``dem|o:con|tenti|on``)."""
+    import threading
+
+    from django_redis_lock import Semaphore
+    from django_redis_lock.primitives.keys import lock_keys, permit_keys
+    from tests.helpers import start_queued
+
+    run = Lock("demo:contention", timeout=120, label="the demo's contention")
+    report = Lock("report:nightly", timeout=120, label="nightly report")
+    exports = [Semaphore("exports", limit=2, label="CSV export") for _ in range(2)]
+    for primitive in (run, report, *exports):
+        assert primitive.acquire()
+    go = threading.Event()
+
+    def wait_for_the_report(index):
+        with Lock("report:nightly", wait=60, label="nightly report"):
+            go.wait(60)
+
+    def wait_for_an_export(index):
+        with Semaphore("exports", limit=2, wait=60, label="CSV export"):
+            go.wait(60)
+
+    queues = (lock_keys("report:nightly", "default"), permit_keys("exports", "default"))
+    waiters = start_queued(3, wait_for_the_report, redis_client, queues[0].queue)
+    waiters += start_queued(2, wait_for_an_export, redis_client, queues[1].queue)
+    try:
+        page = open_locks_page()
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.reload()
+        page.wait_for_selector("#semaphore_list")
+        listed = page.inner_text("#lock-totals")
+        assert "2 locks, 3 waiters queued for them" in listed
+        assert "2 permits of 1 semaphore, 2 waiters queued for them" in listed
+        assert "5 waiters in all" in listed
+        locks_shot = tmp_path / "admin-locks-contention.png"
+        page.screenshot(path=str(locks_shot), full_page=True)
+
+        page.click("text=Hot locks")
+        page.wait_for_selector("#hot-waited")
+        assert page.inner_text("#lock-totals") == listed  # the same words, the same figures
+        names = page.locator("#content-main th.lock-name a")
+        assert names.count() >= 6  # three tables of these three
+        kinds = page.locator("#content-main th.lock-name .hot-kind")
+        assert kinds.count() >= 3
+        for shown in [*names.all(), *kinds.all()]:
+            lines = shown.evaluate(LINES)
+            assert lines == 1, f"{shown.inner_text()!r} is wrapped over {lines} lines"
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+        hot_shot = tmp_path / "admin-hot-contention.png"
+        page.screenshot(path=str(hot_shot), full_page=True)
+        keep_screenshots(locks_shot, hot_shot)
+    finally:
+        for primitive in (run, report, *exports):
+            primitive.release()
+        go.set()
+        for waiter in waiters:
+            waiter.join(60)

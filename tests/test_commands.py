@@ -233,3 +233,32 @@ def test_a_cell_escapes_control_characters_and_cuts_at_its_width():
     assert lines.cell("a\nb\tc\x1b") == "a\\nb\\tc\\x1b"
     assert lines.cell("é" * 100) == "é" * 47 + "…"
     assert lines.cell("ok") == "ok"
+
+
+def test_stats_counts_in_words_that_agree_with_their_numbers(redis_client):
+    """``1 key looked at``, not ``1 keys``; held and waiting said per kind, as the admin does."""
+    from django_redis_lock import Semaphore
+    from django_redis_lock.primitives.keys import lock_keys
+    from tests.helpers import plant_lease
+
+    def first_line() -> str:
+        out = io.StringIO()
+        call_command("redis_locks", "stats", stdout=out)
+        return out.getvalue().splitlines()[0]
+
+    # One key: a lease another process wrote (a holder here adds its process record).
+    lease = lock_keys("one:lock", "default").lease
+    plant_lease(redis_client, lease, px=30_000)
+    assert first_line() == (
+        "1 held (1 lock, 0 permits of 0 semaphores), 0 waiting (0 for locks, 0 for permits); "
+        "1 key looked at."
+    )
+    with Semaphore("one:semaphore", limit=3):
+        line = first_line()
+    assert line.startswith("2 held (1 lock, 1 permit of 1 semaphore), 0 waiting ")
+    assert line.endswith(" keys looked at.")
+    redis_client.delete(lease)
+
+
+def test_counted_says_one_and_many():
+    assert [lines.counted(n, "key") for n in (0, 1, 2)] == ["0 keys", "1 key", "2 keys"]

@@ -76,8 +76,8 @@ def test_the_scrape_time_gauges_equal_what_the_admin_page_lists(contended):
     scraped = gauges(registry)
     page = staff("view_heldlock").get(CHANGELIST)
     assert page.status_code == 200
-    rows = [info for info, _ in page.context["rows"]]
-    semaphores = [info for info, _ in page.context["semaphores"]]
+    rows = [info for info, *_ in page.context["rows"]]
+    semaphores = [info for info, *_ in page.context["semaphores"]]
     listed: Counter = Counter()
     for info in rows:
         listed[("redis_lock_held", "lock", info.group)] += 1
@@ -98,7 +98,10 @@ def test_the_scrape_time_gauges_equal_what_the_admin_page_lists(contended):
     assert registry.get_sample_value("redis_lock_census_complete") == 1
     # The list's waiters column and its count line.
     assert {info.name: info.waiting for info in rows}["import:1"] == 2
-    assert "4 locks held now, 2 waiters queued" in page.content.decode()
+    assert totals_of(page.content.decode()) == (
+        "Held now: 4 locks, 2 waiters queued for them; 2 permits of 1 semaphore, 1 waiter "
+        "queued for them. 3 waiters in all."
+    )
 
 
 def test_opentelemetry_observable_gauges(contended):
@@ -150,13 +153,31 @@ def test_an_unreachable_redis_fails_the_census_not_the_scrape(settings, caplog):
     assert "cannot read Redis" in caplog.text
 
 
+def totals_of(html: str) -> str:
+    """The text of a page's held-and-waiting sentence (``totals.html``)."""
+    found = re.search(r'id="lock-totals">(.*?)</span>', html, re.S)
+    assert found is not None, "no totals on the page"
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", found.group(1))).strip()
+
+
 @pytest.mark.django_db
 def test_the_hot_locks_page(contended):
     client = staff("view_heldlock")
     page = client.get(HOT)
     assert page.status_code == 200
     html = page.content.decode()
-    assert "<strong>6</strong> locks and permits held now" in html
+    said = (
+        "Held now: 4 locks, 2 waiters queued for them; 2 permits of 1 semaphore, 1 waiter "
+        "queued for them. 3 waiters in all."
+    )
+    assert totals_of(html) == said
+    # The Locks page says the same, the semaphore's waiter too (it said "2 waiters").
+    assert totals_of(client.get(CHANGELIST).content.decode()) == said
+    searched = totals_of(client.get(CHANGELIST, {"q": "render"}).content.decode())
+    assert searched == (
+        "Held now, of the names containing “render”: no lock; 2 permits of 1 semaphore, "
+        "1 waiter queued for them. 1 waiter in all."
+    )
     assert '<meta http-equiv="refresh" content="5">' in html
     assert [entry.name for entry, *_ in page.context["most_waited"]] == ["import:1", "renders"]
     assert {(kind, group) for kind, group, _ in page.context["groups"]} == {
@@ -195,20 +216,26 @@ def test_the_count_says_how_many_are_held_beyond_the_page(
         for each in held:
             each.release()
     count = re.search(r'id="lock-count">\s*(.*?)\s*</p>', html, re.S).group(1)
-    shown = int(re.search(r"Page 1 shows (\d+) of them", count).group(1))
+    shown = int(re.search(r"Page 1 shows (\d+) of the locks", count).group(1))
     assert 10 <= shown < 25
+    totals = totals_of(html)
     if count_max_keys > 25:
-        assert count.startswith("25 locks held now, 0 waiters queued. Page 1 shows ")
+        assert totals == (
+            "Held now: 25 locks, 0 waiters queued for them; no semaphore permit. 0 waiters in all."
+        )
     else:
-        at_least = int(re.match(r"At least (\d+) locks? held now", count).group(1))
+        at_least = int(re.match(r"Held now: (\d+) locks?", totals).group(1))
         assert at_least < 25  # the census stopped short, and the page says so
+        assert re.search(r"at least: the census stopped after \d+ keys\.$", totals)
 
 
 def test_redis_locks_stats(contended):
     out = io.StringIO()
     call_command("redis_locks", "stats", stdout=out)
     text = out.getvalue()
-    assert text.startswith("6 held, 3 waiting; ")
+    assert text.startswith(
+        "6 held (4 locks, 2 permits of 1 semaphore), 3 waiting (2 for locks, 1 for permits); "
+    )
     assert re.search(r"^import\s+lock\s+3\s+2$", text, re.M)
     assert re.search(r"^renders\s+semaphore\s+2\s+1$", text, re.M)
     assert "Most waiters:" in text

@@ -145,6 +145,35 @@ def test_admin_force_releases_one_permit_after_confirmation(redis_client):
     second.release()
 
 
+@pytest.mark.django_db
+def test_admin_permit_links_name_the_permit_and_a_malformed_one_is_an_error(redis_client):
+    """The holder's button names its permit as the lock list names a lease (the token
+    percent-encoded, then the name, which may have colons); a value the page did not write is
+    an error message naming it, not "No permit was selected"."""
+    import html
+    import re
+    from urllib.parse import unquote
+
+    releaser = staff("view_heldlock", "release_lock")
+    held = Semaphore("partner-api:acme:orders", limit=2)
+    assert held.acquire()
+    detail = releaser.get(SEMAPHORE, {"name": "partner-api:acme:orders"}).content.decode()
+    [link] = re.findall(r'href="[^"]*/release-permit/\?permit=([^"]+)"', detail)
+    permit = unquote(html.unescape(link))
+    confirm = releaser.get(PERMIT, {"permit": permit}).content.decode()
+    assert "held by" in confirm
+    [hidden] = re.findall(r'name="permit" value="([^"]+)"', confirm)
+    assert html.unescape(hidden) == permit
+    for bad in ("no-colon-here", ":partner-api:acme:orders", "100%:partner-api:acme:orders"):
+        response = releaser.post(PERMIT, {"permit": bad, "confirm": "yes"}, follow=True)
+        text = response.content.decode()
+        assert f"{html.escape(repr(bad))} does not name a permit" in text
+        assert "No permit was selected" not in text
+    assert held.owned()
+    releaser.post(PERMIT, {"permit": permit, "confirm": "yes"})
+    assert not held.owned()
+
+
 # -- manage.py redis_locks semaphores / release-permit ----------------------------------------
 
 

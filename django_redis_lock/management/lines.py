@@ -33,6 +33,11 @@ CELL_WIDTH = 48
 CUT = "…"
 
 
+def counted(number: int, noun: str) -> str:
+    """``number`` and ``noun``, plural unless it is one: ``1 key``, ``0 keys``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def printable(text: str) -> str:
     """``text`` on one line: a control character (a newline in a name) is escaped, not
     printed, so that it cannot split a row or move the cursor."""
@@ -112,13 +117,19 @@ def _entry_row(entry: Entry) -> tuple[str, ...]:
 def stats(found: Census, top: int) -> list[str]:
     """``redis_locks stats``: totals, held and waiting by group, then the ``top`` locks with
     most waiters, held longest, and ending soonest (the admin's "Hot locks")."""
-    cut = (
-        ""
-        if found.complete
-        else f" (at least: the census stopped after {found.keys_scanned} keys)"
-    )
+    cut = ""
+    if not found.complete:
+        unread = "; ".join(found.unreachable)
+        unread = f", and could not read {unread}" if unread else ""
+        cut = f" (at least: the census stopped after {counted(found.keys_scanned, 'key')}{unread})"
+    # Per kind, as the admin's pages say it: a total alone reads as the locks' own.
+    kinds = found.by_kind()
+    locks, semaphores = kinds["lock"], kinds["semaphore"]
     printed = [
-        f"{found.held} held, {found.waiting} waiting{cut}; {found.keys_scanned} keys looked at.",
+        f"{found.held} held ({counted(locks.held, 'lock')}, {counted(semaphores.held, 'permit')}"
+        f" of {counted(semaphores.names, 'semaphore')}), {found.waiting} waiting"
+        f" ({locks.waiting} for locks, {semaphores.waiting} for permits){cut};"
+        f" {counted(found.keys_scanned, 'key')} looked at.",
         "",
     ]
     rows = [

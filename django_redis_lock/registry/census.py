@@ -32,7 +32,7 @@ from .locks import glob_escape, lease_commands, leases_from
 from .records import LockInfo, text
 from .semaphores import SemaphoreInfo, semaphore_info
 
-__all__ = ["DEFAULT_MAX_KEYS", "Census", "Entry", "GroupFigures", "take_census"]
+__all__ = ["DEFAULT_MAX_KEYS", "Census", "Entry", "GroupFigures", "KindFigures", "take_census"]
 
 # Keys looked at before a census stops: ~1 s of SCAN on a busy server, far past any namespace
 # of locks (a lock is 1 to 5 keys).
@@ -67,6 +67,16 @@ class GroupFigures:
 
 
 @dataclass(frozen=True)
+class KindFigures:
+    """Of one kind: ``names`` held (locks; semaphores with a permit held), ``held`` (locks;
+    permits) and their ``waiting``."""
+
+    names: int
+    held: int
+    waiting: int
+
+
+@dataclass(frozen=True)
 class Census:
     """What one census found. ``keys_scanned``: keys of our namespace ``SCAN`` returned;
     ``complete``: False when it stopped at its cap, or could not read a server of a quorum
@@ -84,6 +94,18 @@ class Census:
     @property
     def waiting(self) -> int:
         return sum(entry.waiting for entry in self.entries)
+
+    def by_kind(self, contains: str = "") -> dict[str, KindFigures]:
+        """``{"lock": ..., "semaphore": ...}``, of the names that contain ``contains``: the
+        admin's pages and ``redis_locks stats`` say both, so that a total is never read as
+        the locks' alone."""
+        return {
+            kind: KindFigures(
+                len(chosen), sum(e.holders for e in chosen), sum(e.waiting for e in chosen)
+            )
+            for kind in ("lock", "semaphore")
+            for chosen in [[e for e in self.entries if e.kind == kind and contains in e.name]]
+        }
 
     def groups(self, limit: int = MAX_GROUPS) -> dict[tuple[str, str], GroupFigures]:
         """Held and waiting by ``(kind, group)``: the ``limit`` groups with most held, the
