@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Coroutine
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,13 +28,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.durations import readable
 
-__all__ = ["CANCEL_GRACE", "Carried", "carried", "carry", "no_reply"]
+__all__ = ["CANCEL_GRACE", "Carried", "carried", "carry", "carrying", "no_reply"]
 
 # How long a cancelled caller still waits for the reply of a request already sent, seconds.
 # Past it, the request is cut: on one server its give-back follows it on its connection
 # (``wire.aexecute``'s ``if_silent``), which Redis runs right after the request, whenever that
 # runs. Against a server that answers, a cancellation waits one round trip.
 CANCEL_GRACE = 1.0
+
+# Set in the task of a carried exchange (and the tasks it starts), for :func:`carrying`.
+_CARRYING: ContextVar[bool] = ContextVar("django_redis_lock_carrying", default=False)
 
 
 def no_reply(reply_timeout: float) -> RedisTimeoutError:
@@ -62,7 +66,7 @@ async def carry(exchange: Coroutine[Any, Any, Any], reply_timeout: float | None 
     came within ``reply_timeout``, or within ``CANCEL_GRACE`` of the caller's cancellation:
     then the exchange is cut (its task cancelled, so that it sends its give-back)."""
     loop = asyncio.get_running_loop()
-    task = loop.create_task(exchange)
+    task = loop.create_task(_marked(exchange))
     done = Carried()
     limit = None if reply_timeout is None else loop.time() + reply_timeout
     cut = False
@@ -89,6 +93,17 @@ async def carry(exchange: Coroutine[Any, Any, Any], reply_timeout: float | None 
     return done
 
 
+def carrying() -> bool:
+    """Whether this code runs inside a carried exchange (:func:`carry`): cut only by its grace
+    running out, so a request in it needs no task of its own (each costs about 15 µs)."""
+    return _CARRYING.get()
+
+
+async def _marked(exchange: Coroutine[Any, Any, Any]) -> Any:
+    _CARRYING.set(True)  # (in the task's own copy of the context: the caller's is untouched)
+    return await exchange
+
+
 async def carried(
     exchange: Coroutine[Any, Any, Any],
     *,
@@ -98,6 +113,8 @@ async def carried(
     """:func:`carry` ``exchange`` for a caller with nothing to do after it but to give back
     what it took: when the caller was cancelled meanwhile, ``give_back()`` (carried too, its
     errors ignored: the lease then ends by itself) runs before the cancellation goes on."""
+    if carrying():  # already carried as a whole: nothing to cut it but its grace
+        return await _within(exchange, reply_timeout)
     done = await carry(exchange, reply_timeout)
     if done.cancelled is None:
         return done.result()
@@ -109,3 +126,14 @@ async def carried(
 
 async def _awaited(make: Callable[[], Awaitable[Any]]) -> Any:
     return await make()
+
+
+async def _within(exchange: Coroutine[Any, Any, Any], reply_timeout: float | None) -> Any:
+    """``exchange``, raising ``no_reply`` past ``reply_timeout`` (its task then cut, as a
+    cancellation cuts it)."""
+    if reply_timeout is None:
+        return await exchange
+    try:
+        return await asyncio.wait_for(exchange, reply_timeout)
+    except asyncio.TimeoutError:
+        raise no_reply(reply_timeout) from None
