@@ -36,13 +36,6 @@ from .conf import PREFIX, SETTINGS, InvalidSetting, lock_settings
 
 __all__ = ["check_cache", "check_settings", "check_socket_timeout"]
 
-_SETTING_PROBLEM_IDS = {
-    "type": "django_redis_lock.E004",
-    "value": "django_redis_lock.E005",
-    "import": "django_redis_lock.E006",
-    "missing": "django_redis_lock.E008",
-}
-
 
 def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
@@ -53,9 +46,7 @@ def check_settings(
         try:
             lock_settings.get(name)
         except InvalidSetting as exc:
-            messages.append(
-                Error(exc.message, hint=exc.hint or None, id=_SETTING_PROBLEM_IDS[exc.problem])
-            )
+            messages.append(Error(exc.message, hint=exc.hint or None, id=exc.check_id))
     names = dir(settings)
     messages.extend(_unknown_settings(name for name in names if name.startswith(PREFIX)))
     messages.extend(_near_misses(name for name in names if not name.startswith(PREFIX)))
