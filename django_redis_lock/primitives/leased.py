@@ -18,7 +18,7 @@ from ..backends.drivers import arun, run
 from ..core import durations, flows
 from ..exceptions import LockBackendError, LockNotOwned
 from ..validators import checked_quorum
-from . import processes
+from . import eviction_advice, processes
 from . import quick as quick_path
 from .bookkeeping import Bookkeeping, Layout
 from .claims import Claim, Pending
@@ -131,6 +131,14 @@ class Leased:
         duplicate-submission and run-once guards are built on it. For a lock held for a job
         (``job_id``), only a result that is the job's id counts: a run of the same job that
         finished (the task guards leave it)."""
+        claim = self._claim(wait, want_result)
+        if claim.acquired:
+            alias = self._book.resolve().alias
+            if eviction_advice.advised.due(alias):  # this process's first lock there
+                eviction_advice.advise(alias)
+        return claim
+
+    def _claim(self, wait: float | None, want_result: bool) -> Claim:
         book = self._book
         resolved = book.resolve()
         if resolved.on_holder is not None and processes.recorded.due(resolved.alias):
@@ -244,6 +252,14 @@ class Leased:
 
     async def aclaim(self, wait: float | None = None, *, want_result: bool = False) -> Claim:
         """``claim()`` for asyncio."""
+        claim = await self._aclaim(wait, want_result)
+        if claim.acquired:
+            alias = self._book.resolve().alias
+            if eviction_advice.advised.due(alias):
+                eviction_advice.aadvise(alias)  # in a worker thread, not waited for
+        return claim
+
+    async def _aclaim(self, wait: float | None, want_result: bool) -> Claim:
         book = self._book
         resolved = book.resolve()
         if resolved.on_holder is not None and processes.recorded.due(resolved.alias):
