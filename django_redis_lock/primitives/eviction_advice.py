@@ -71,7 +71,10 @@ def aadvise(alias: LockAlias) -> None:
     """:func:`advise` for the async API: in a worker thread of the running loop, not waited
     for (claimed here, so that the loop's next acquisitions do not ask again)."""
     if advised.claim(alias):
-        asyncio.get_running_loop().run_in_executor(None, _tell, alias)
+        try:
+            asyncio.get_running_loop().run_in_executor(None, _tell, alias)
+        except RuntimeError:  # the loop's executor is shutting down: no advice, no error
+            logger.debug("No eviction advice for %r: the event loop is closing", alias)
 
 
 def _tell(alias: LockAlias) -> None:
