@@ -14,7 +14,7 @@ import redis
 from django.core import checks
 from django.core.management import call_command
 
-from django_redis_lock import Lock, Semaphore, acl_rule
+from django_redis_lock import Lock, LockBackendError, Semaphore, acl_rule
 from django_redis_lock.registry import eviction_warnings
 from tests.conftest import django_redis_caches
 from tests.helpers import as_user, make_acl_user, run_async
@@ -216,3 +216,11 @@ def test_a_redis_that_refuses_info_still_gives_its_locks(settings, redis_server_
     [advice] = logged(caplog, "Could not read the eviction policy", logging.INFO)
     assert "maxmemory-policy is noeviction" in advice
     assert logged(caplog, "eviction", logging.WARNING) == []
+
+
+def test_on_an_unreachable_redis_a_lock_fails_as_it_did_and_the_advice_is_silent(settings, caplog):
+    settings.CACHES = django_redis_caches("redis://127.0.0.1:1/0", SOCKET_TIMEOUT=2)
+    caplog.set_level(logging.INFO, logger="django_redis_lock")
+    with pytest.raises(LockBackendError, match="Could not acquire lock 'unreachable'"):
+        Lock("unreachable", timeout=10, wait=0).acquire()
+    assert [r for r in caplog.records if "eviction" in r.getMessage()] == []

@@ -4,13 +4,16 @@ A Redis with ``maxmemory`` and an evicting ``maxmemory-policy`` (``allkeys-lru``
 cache's Redis) can drop a held lease under memory pressure, and let a second holder in while
 the first works. The admin's page, ``redis_locks list`` and ``check --deploy`` (W003) say so
 when asked; this says it in the log of every process that takes locks there: a WARNING, once
-per process and alias, after its first acquisition there (the server has just answered).
+per process and alias, at its first acquisition there.
 
 The cost: one ``INFO memory`` to every server of the alias at once (``backends/eviction.py``),
-one round trip, once per process and alias. The sync API sends it before ``acquire()``
-returns; the async API in a worker thread that the acquisition does not wait for, so the event
-loop is never blocked and a cancelled acquisition cannot leave a lock held for nobody. It is
-advice: nothing it meets (a refusal, a silent server, a bad reply) reaches the lock's caller.
+one round trip, once per process and alias, whatever it finds (an unreachable server is not
+asked again). The sync API sends it just before that first acquisition, as it writes the
+process's record (``processes.py``): before, so that nothing is held meanwhile (a short lease's
+first renewal never waits for a connection behind it). The async API sends it in a worker
+thread, on the sync client's connections, which the acquisition does not wait for: the event
+loop never blocks. It is advice: nothing it meets (a refusal, a silent server, a bad reply)
+reaches the lock's caller.
 """
 
 from __future__ import annotations

@@ -131,18 +131,12 @@ class Leased:
         duplicate-submission and run-once guards are built on it. For a lock held for a job
         (``job_id``), only a result that is the job's id counts: a run of the same job that
         finished (the task guards leave it)."""
-        claim = self._claim(wait, want_result)
-        if claim.acquired:
-            alias = self._book.resolve().alias
-            if eviction_advice.advised.due(alias):  # this process's first lock there
-                eviction_advice.advise(alias)
-        return claim
-
-    def _claim(self, wait: float | None, want_result: bool) -> Claim:
         book = self._book
         resolved = book.resolve()
         if resolved.on_holder is not None and processes.recorded.due(resolved.alias):
             self._write_record(resolved.alias)
+        if eviction_advice.advised.due(resolved.alias):  # this process's first lock there
+            eviction_advice.advise(resolved.alias)  # before it: nothing held meanwhile
         quick = None if want_result else quick_path.take(book, wait)
         if quick is not None:  # the lock may be free: one bare SET, flat
             try:
@@ -252,18 +246,12 @@ class Leased:
 
     async def aclaim(self, wait: float | None = None, *, want_result: bool = False) -> Claim:
         """``claim()`` for asyncio."""
-        claim = await self._aclaim(wait, want_result)
-        if claim.acquired:
-            alias = self._book.resolve().alias
-            if eviction_advice.advised.due(alias):
-                eviction_advice.aadvise(alias)  # in a worker thread, not waited for
-        return claim
-
-    async def _aclaim(self, wait: float | None, want_result: bool) -> Claim:
         book = self._book
         resolved = book.resolve()
         if resolved.on_holder is not None and processes.recorded.due(resolved.alias):
             await self._awrite_record(resolved.alias)
+        if eviction_advice.advised.due(resolved.alias):
+            eviction_advice.aadvise(resolved.alias)  # in a worker thread, not waited for
         quick = None if want_result else quick_path.take(book, wait)
         if quick is not None:
             try:
