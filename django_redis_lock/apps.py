@@ -8,11 +8,12 @@ class DjangoRedisLockConfig(AppConfig):
     verbose_name = _("Redis locks")
 
     def ready(self) -> None:
-        from .checks import check_cache, check_settings, check_socket_timeout
+        from .checks import check_cache, check_eviction, check_settings, check_socket_timeout
 
         checks.register(check_settings)
         checks.register(check_cache, checks.Tags.caches)
         checks.register(check_socket_timeout, checks.Tags.caches, deploy=True)
+        checks.register(check_eviction, checks.Tags.caches, deploy=True)
 
         from .metrics import setup
 

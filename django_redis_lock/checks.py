@@ -14,10 +14,14 @@ django_redis_lock.E008     a ``METRICS`` exporter whose package is not installed
 django_redis_lock.W001     an unknown ``DJANGO_REDIS_LOCK_*`` setting (a typo?), or one of ours
                            under a misspelt prefix (``DJANGO_REDIS_LOCKS_TIMEOUT``)
 django_redis_lock.W002     (``--deploy``) a lock cache without a socket timeout
+django_redis_lock.W003     (``--deploy``, asks Redis) a lock server that may evict lock keys
+                           (``maxmemory`` with a policy but ``noeviction``), or whose policy
+                           could not be read
 =========================  =================================================================
 
 The words come from the same validation that runs when a setting is read (``conf.py``) and
 when a connection is made (``backends/clients.py``), so the check and the runtime error agree.
+Only W003 contacts Redis, and only with ``--deploy``.
 """
 
 from __future__ import annotations
@@ -30,18 +34,13 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
 from django.core.checks import Warning as CheckWarning
+from django.core.exceptions import ImproperlyConfigured
 
 from .backends.clients import CacheBackend, UnsupportedCache, cache_backend
+from .backends.eviction import read_evictions
 from .conf import PREFIX, SETTINGS, InvalidSetting, lock_settings
 
-__all__ = ["check_cache", "check_settings", "check_socket_timeout"]
-
-_SETTING_PROBLEM_IDS = {
-    "type": "django_redis_lock.E004",
-    "value": "django_redis_lock.E005",
-    "import": "django_redis_lock.E006",
-    "missing": "django_redis_lock.E008",
-}
+__all__ = ["check_cache", "check_eviction", "check_settings", "check_socket_timeout"]
 
 
 def check_settings(
@@ -53,9 +52,7 @@ def check_settings(
         try:
             lock_settings.get(name)
         except InvalidSetting as exc:
-            messages.append(
-                Error(exc.message, hint=exc.hint or None, id=_SETTING_PROBLEM_IDS[exc.problem])
-            )
+            messages.append(Error(exc.message, hint=exc.hint or None, id=exc.check_id))
     names = dir(settings)
     messages.extend(_unknown_settings(name for name in names if name.startswith(PREFIX)))
     messages.extend(_near_misses(name for name in names if not name.startswith(PREFIX)))
@@ -206,3 +203,28 @@ def check_socket_timeout(
                 )
             )
     return messages
+
+
+def check_eviction(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``manage.py check --deploy``: no server the locks use may evict their keys. The one
+    check that contacts Redis (``INFO memory`` on each server, in one round trip): a cache
+    Redis with ``maxmemory`` and ``allkeys-lru`` drops a held lease under memory pressure, and
+    nothing in the settings shows it. Quiet when Redis cannot be reached or the settings are
+    wrong (the other checks say so)."""
+    try:
+        evictions = read_evictions(lock_settings.CACHE_ALIAS)
+    except ImproperlyConfigured:
+        return []  # check_settings or check_cache reports it
+    return [
+        CheckWarning(
+            f"{eviction.advice} (This deploy check asked the server: it contacts Redis, and "
+            "says nothing of a server it cannot reach.)",
+            hint="Set maxmemory-policy noeviction on the locks' Redis, or give the locks a "
+            "Redis of their own (DJANGO_REDIS_LOCK_CACHE_ALIAS). See docs/servers.md.",
+            id="django_redis_lock.W003",
+        )
+        for eviction in evictions
+        if eviction.advice is not None
+    ]

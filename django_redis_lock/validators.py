@@ -31,15 +31,26 @@ __all__ = [
 ]
 
 
+# The system check that reports each kind of problem (checks.py), named in errors too.
+_CHECK_IDS = {
+    "type": "django_redis_lock.E004",
+    "value": "django_redis_lock.E005",
+    "import": "django_redis_lock.E006",
+    "missing": "django_redis_lock.E008",
+}
+
+
 class InvalidSetting(ImproperlyConfigured):
     """A ``DJANGO_REDIS_LOCK_*`` setting has a value we cannot use.
 
-    ``problem`` is ``"type"``, ``"value"`` or ``"import"``: the system checks map it to an id.
+    ``problem`` is ``"type"``, ``"value"``, ``"import"`` or ``"missing"`` (an extra not
+    installed); ``check_id`` the system check that reports it.
     """
 
     def __init__(self, setting: str, message: str, *, problem: str, hint: str = "") -> None:
         self.setting = setting
         self.problem = problem
+        self.check_id = _CHECK_IDS[problem]
         self.hint = hint
         super().__init__(f"{setting} {message}" + (f" {hint}" if hint else ""))
         self.message = f"{setting} {message}"

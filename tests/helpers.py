@@ -161,7 +161,7 @@ def make_acl_user(client: Any, user: str, password: str, rule: str) -> None:
 
 def refused_by_acl(client: Any) -> list[str]:
     """What the server's ACL log shows refused, but what the locks' rule leaves out on purpose
-    (``OPTIONAL_COMMANDS``: the eviction advice's CONFIG GET, redis-py's CLIENT SETINFO).
+    (``OPTIONAL_COMMANDS``: redis-py's CLIENT SETINFO).
     Redis 6.2 logs a refused subcommand as its container (``client``), later servers as
     ``client|setinfo``."""
     optional = {command.lower() for command in OPTIONAL_COMMANDS}

@@ -73,8 +73,8 @@ def test_the_rule_is_the_locks_namespace_and_their_commands(settings):
         r"ACL SETUSER shop-locks on >PASSWORD resetkeys ~shop\*1:lock:* resetchannels -@all "
     )  # a glob character of the prefix matches only itself
     granted = {part[1:] for part in command.split() if part.startswith("+")}
-    assert {"evalsha", "blpop", "scan", "wait", "time"} <= granted
-    assert not granted & {"config|get", "keys", "flushdb", "flushall", "debug", "@all"}
+    assert {"evalsha", "blpop", "scan", "wait", "time", "info|memory"} <= granted
+    assert not granted & {"config|get", "info", "keys", "flushdb", "flushall", "debug", "@all"}
 
 
 def test_the_rule_of_a_cluster_lets_redis_py_read_the_slot_map(on_cluster):
@@ -88,8 +88,9 @@ def test_as_the_acl_user_nothing_outside_the_rule_is_sent(locks_user, admin_serv
         assert lease_token(admin, lock_keys("acl:lock", "default").lease) == held.token
         page = admin_client.get("/admin/django_redis_lock/heldlock/")
         assert "acl:lock" in page.content.decode()
-        # The eviction advice may not read the configuration: it says so.
-        assert "Could not read the eviction policy" in page.content.decode()
+        # The eviction advice reads INFO memory, which the rule grants: nothing to say here.
+        assert "eviction policy" not in page.content.decode()
+        assert eviction_warnings() == []
     promises.a_waiter_gets_the_lock_after_the_release("acl:wait")
     with Semaphore("acl:semaphore", 2) as first, Semaphore("acl:semaphore", 2):
         assert first.owned()
@@ -156,15 +157,34 @@ def test_min_replicas_without_wait_is_a_clear_error_and_nothing_stays_held(
 def test_a_managed_service_without_config_wait_and_debug(settings, redis_server_factory):
     renamed = ("CONFIG", "WAIT", "DEBUG")
     server = redis_server_factory(
-        args=[part for command in renamed for part in ("--rename-command", command, "")]
+        args=[
+            *(
+                "--maxmemory",
+                "50mb",
+                "--maxmemory-policy",
+                "volatile-lru",
+            ),  # ElastiCache's default
+            *(part for command in renamed for part in ("--rename-command", command, "")),
+        ]
     )
     settings.CACHES = django_redis_caches(server.url, SOCKET_TIMEOUT=2)
     with Lock("managed:lock", timeout=10) as held:
         assert held.owned()
+        # Read without CONFIG (INFO memory), so the advice is the policy's, not "make sure".
         [warning] = eviction_warnings()
-        assert warning.startswith("Could not read the eviction policy of Redis at")
-        assert "maxmemory-policy is noeviction" in warning
+        assert "may evict lock keys" in warning
+        assert "maxmemory-policy volatile-lru" in warning
     promises.a_waiter_gets_the_lock_after_the_release("managed:wait")
+
+
+def test_a_user_whose_rule_lacks_info_is_told_to_check_the_policy(settings, locks_user):
+    admin = locks_user(acl_rule().replace(" +info|memory", ""))
+    with Lock("acl:no-info", timeout=10) as held:  # the first lock's advice cannot stop it
+        assert held.owned()
+        [warning] = eviction_warnings()
+    assert warning.startswith("Could not read the eviction policy of Redis at")
+    assert "maxmemory-policy is noeviction" in warning
+    assert refused_by_acl(admin) == ["info"]  # and nothing else
 
 
 def test_a_server_without_lua_fails_at_first_use_with_one_message(settings, redis_server_factory):

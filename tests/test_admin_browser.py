@@ -13,11 +13,18 @@ import shutil
 from pathlib import Path
 
 import pytest
+import redis
 from django.contrib.auth.models import User
 
-from django_redis_lock import Lock
+from django_redis_lock import Lock, acl_rule
 from django_redis_lock.task_guards import reservations
-from tests.helpers import CHROMIUM_FLAGS, django_redis_caches, find_chromium
+from tests.helpers import (
+    CHROMIUM_FLAGS,
+    as_user,
+    django_redis_caches,
+    find_chromium,
+    make_acl_user,
+)
 
 
 @pytest.fixture
@@ -260,10 +267,13 @@ def test_operator_finds_the_hot_locks_in_the_browser(open_locks_page, tmp_path, 
 def test_on_a_managed_service_the_page_says_what_it_could_not_read(
     open_locks_page, tmp_path, settings, redis_server_factory
 ):
-    """CONFIG renamed away (a managed service): the locks are listed, and the page says it could
-    not read the eviction policy instead of saying nothing."""
-    server = redis_server_factory(args=["--rename-command", "CONFIG", ""])
-    settings.CACHES = django_redis_caches(server.url)
+    """INFO refused (a managed service, or a Redis user whose ACL rule predates INFO memory's
+    place in it): the locks are listed, and the page says it could not read the eviction
+    policy instead of saying nothing."""
+    server = redis_server_factory()
+    rule = acl_rule().replace(" +info|memory", "")
+    make_acl_user(redis.Redis.from_url(server.url), "locks", "locks-password", rule)
+    settings.CACHES = django_redis_caches(as_user(server.url, "locks", "locks-password"))
     with Lock("reports:nightly", timeout=300, label="nightly report"):
         page = open_locks_page()
         assert page.is_visible("text=reports:nightly")

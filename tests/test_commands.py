@@ -24,8 +24,13 @@ from tests.testapp.management.commands import lose_lock_job, quick_job
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def manage(redis_url: str, *args: str, **popen) -> subprocess.Popen:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT)}
+def manage(
+    redis_url: str, *args: str, settings: str = "tests.settings", path: str = "", **popen
+) -> subprocess.Popen:
+    """``python -m django *args`` in a child process on the suite's Redis; ``settings`` and
+    ``path`` (a directory to import it from) for settings of a test's own."""
+    python_path = os.pathsep.join(filter(None, [str(ROOT), path]))
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings, "PYTHONPATH": python_path}
     env["DJANGO_REDIS_LOCK_TEST_REDIS_URL"] = redis_url
     return subprocess.Popen(
         [sys.executable, "-m", "django", *args], env=env, cwd=ROOT, text=True, **popen
@@ -94,6 +99,61 @@ def test_run_locked_guards_a_stock_command(redis_url):
     _, stderr = free.communicate(timeout=60)
     assert free.returncode == 0
     assert "security.W001" in stderr  # the command's own arguments passed through
+
+
+BAD_SETTINGS = {
+    "django_redis_lock.E001": 'DJANGO_REDIS_LOCK_CACHE_ALIAS = "no-such-cache"',
+    "django_redis_lock.E004": 'DJANGO_REDIS_LOCK_TIMEOUT = "30"',
+}
+
+
+def manage_with(redis_url: str, tmp_path: Path, setting: str, *args: str) -> tuple[int, str]:
+    """A command run with the suite's settings and ``setting`` besides: its status, stderr."""
+    (tmp_path / "settings_of_this_test.py").write_text(
+        f"from tests.settings import *\n{setting}\n"
+    )
+    process = manage(
+        redis_url, *args, settings="settings_of_this_test", path=str(tmp_path),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    stdout, stderr = process.communicate(timeout=60)
+    assert stdout == ""  # the command did not run
+    return process.returncode, stderr
+
+
+@pytest.mark.parametrize("check", BAD_SETTINGS)
+@pytest.mark.parametrize("command", [["quick_job"], ["run_locked", "check"]], ids=" ".join)
+def test_a_bad_setting_is_the_system_checks_message_not_a_traceback(
+    redis_url, tmp_path, check, command
+):
+    """The system checks run before the lock is taken, as for any command (``migrate``)."""
+    returncode, stderr = manage_with(redis_url, tmp_path, BAD_SETTINGS[check], *command)
+    assert returncode == 1
+    assert "SystemCheckError: System check identified some issues" in stderr
+    assert f"({check})" in stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("check", "named"),
+    [
+        ("django_redis_lock.E001", "DJANGO_REDIS_LOCK_CACHE_ALIAS"),
+        ("django_redis_lock.E004", "DJANGO_REDIS_LOCK_TIMEOUT"),
+    ],
+)
+@pytest.mark.parametrize(
+    "command", [["quick_job", "--skip-checks"], ["run_locked", "--skip-checks", "check"]],
+    ids=" ".join,
+)  # fmt: skip
+def test_with_skip_checks_a_bad_setting_is_a_command_error_naming_it(
+    redis_url, tmp_path, check, named, command
+):
+    returncode, stderr = manage_with(redis_url, tmp_path, BAD_SETTINGS[check], *command)
+    assert returncode == 1
+    [line] = stderr.strip().splitlines()
+    assert line.startswith("CommandError: Not running: ")
+    assert named in line
+    assert line.endswith(f"({check})")
 
 
 # -- in-process (call_command) -----------------------------------------------------------

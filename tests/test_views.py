@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import threading
 import time
 import urllib.error
@@ -282,6 +283,65 @@ def test_custom_duplicate_view(settings):
     settings.DJANGO_REDIS_LOCK_DUPLICATE_SUBMISSION_VIEW = "tests.testapp.views.duplicate"
     _, [duplicate] = while_first_runs("/order/", 1, lambda: post("/order/"))
     assert duplicate.content == b"custom 409"
+
+
+# Projects whose template engines cannot find the page's template: an API with no engine, a
+# Django engine without app directories, and another engine only (as a Jinja2-only project:
+# TemplateStrings is Django's own non-Django engine; jinja2 is not installed here).
+WITHOUT_THE_TEMPLATE = {
+    "no-engine": [],
+    "django-without-app-dirs": [
+        {"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": False}
+    ],
+    "another-engine-only": [
+        {"BACKEND": "django.template.backends.dummy.TemplateStrings", "APP_DIRS": True}
+    ],
+}
+
+
+def page_text(response) -> str:
+    """A page's words, without its tags and layout."""
+    body = re.sub(r"(?s)<(style|title)>.*?</\1>", "", response.content.decode())
+    return " ".join(re.sub(r"<[^>]+>", " ", body).split())
+
+
+def duplicates_answered(client_id: str) -> tuple:
+    """A 409 (a streamed response cannot be replayed) and a 422 (an Idempotency-Key reused for
+    another payment), both asked for as HTML by ``client_id``."""
+    html = {"client_id": client_id, "HTTP_ACCEPT": "text/html"}
+    post("/stream/", **html)
+    conflict = post("/stream/", **html)
+    post("/payment/", {"amount": "10"}, HTTP_IDEMPOTENCY_KEY="k-html", **html)
+    mismatch = post("/payment/", {"amount": "99"}, HTTP_IDEMPOTENCY_KEY="k-html", **html)
+    return conflict, mismatch
+
+
+@pytest.mark.parametrize("templates", WITHOUT_THE_TEMPLATE.values(), ids=WITHOUT_THE_TEMPLATE)
+def test_a_duplicate_gets_its_page_without_a_django_template_engine(settings, templates):
+    with_template = [page_text(response) for response in duplicates_answered("with-template")]
+    views.runs.clear()
+    settings.TEMPLATES = templates
+    conflict, mismatch = duplicates_answered("without")
+    assert (conflict.status_code, mismatch.status_code) == (409, 422)
+    assert conflict["Content-Type"] == mismatch["Content-Type"] == "text/html; charset=utf-8"
+    assert "<h1>Already submitted</h1>" in conflict.content.decode()
+    assert "<title>Request does not match</title>" in mismatch.content.decode()
+    # The same words as the template's page (its built-in copy must not drift from it).
+    assert [page_text(conflict), page_text(mismatch)] == with_template
+    assert views.runs["stream"] == views.runs["payment"] == 1
+
+
+def test_a_project_overrides_the_page_in_any_template_engine(settings, tmp_path):
+    (tmp_path / "django_redis_lock").mkdir()
+    (tmp_path / "django_redis_lock" / "duplicate_submission.html").write_text(
+        "<p>Our own page: $status</p>"
+    )
+    settings.TEMPLATES = [
+        {"BACKEND": "django.template.backends.dummy.TemplateStrings", "DIRS": [tmp_path]}
+    ]
+    conflict, mismatch = duplicates_answered("client-1")
+    assert conflict.content == b"<p>Our own page: 409</p>"
+    assert mismatch.content == b"<p>Our own page: 422</p>"
 
 
 @pytest.mark.parametrize("path", ["/decorated/", "/mixin/"])

@@ -47,6 +47,9 @@ COMMANDS: dict[str, str] = {
     "EXISTS": "reading a lock's state (owned(), the admin)",
     "LLEN": "reading a lock's waiters (the admin, the metrics' census)",
     "HGETALL": "reading a lock's waiters (the admin, `manage.py redis_locks show`)",
+    # The memory section only (a first argument in an ACL rule, from Redis 6.2 and Valkey).
+    "INFO|MEMORY": "reading whether Redis may evict lock keys (maxmemory, maxmemory-policy): "
+    "each process's first lock, the admin, `redis_locks list`, `check --deploy`",
     # What redis-py sends on a new connection: a health check, the database, RESP3.
     "PING": "redis-py's connection health check",
     "SELECT": "a database other than 0 in the cache's LOCATION",
@@ -57,11 +60,9 @@ CLUSTER_CLIENT_COMMANDS: dict[str, str] = {
     "CLUSTER|SLOTS": "redis-py's Cluster client (the slot map)",
     "COMMAND": "redis-py's Cluster client (where each command's keys are)",
 }
-# Never granted. The advice on eviction reads the server's configuration when it may, and says
-# it could not otherwise. redis-py names its connections (Redis 7.2+, Valkey) and ignores a
-# refusal; the rule leaves it out because a Redis 7.0 ACL refuses to name a command it lacks.
+# Never granted. redis-py names its connections (Redis 7.2+, Valkey) and ignores a refusal;
+# the rule leaves it out because a Redis 7.0 ACL refuses to name a command it lacks.
 OPTIONAL_COMMANDS = {
-    "CONFIG|GET": "the advice on maxmemory-policy (the admin, `redis_locks list`)",
     "CLIENT|SETINFO": "redis-py naming its connections (it ignores a refusal)",
 }
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError
+from redis.sentinel import SentinelConnectionPool
 
 from ..core.requests import Block, Eval, Request
 from ..core.schedule import RenewedLease
@@ -38,9 +39,15 @@ class Server(NamedTuple):
 
 
 def server_name(client: Any) -> str:
-    """``host:port`` (or the socket path) of a plain client, for people."""
-    kwargs = client.connection_pool.connection_kwargs
-    return f"{kwargs.get('host', kwargs.get('path', '?'))}:{kwargs.get('port', '')}"
+    """``host:port`` (or the socket path) of a plain client, for people; through Sentinel, the
+    name of the primary it asks for (its address may change)."""
+    pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        return f"{pool.service_name} (Sentinel's primary)"
+    kwargs = pool.connection_kwargs
+    if "path" in kwargs:
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '')}"
 
 
 # The first request of a backend loads this script first (one round trip, once): a server

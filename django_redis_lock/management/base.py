@@ -8,10 +8,12 @@
 
 or, for an existing command class, ``class Command(SingleInstanceMixin, ExistingCommand)``.
 
-Each run takes the lock before ``handle()`` and releases it when ``handle()`` returns or raises,
-and also on SIGTERM and SIGINT (the process then ends as the signal would have ended it). The
-lease is renewed while the command runs. Options ``--lock-wait SECONDS`` (default 0: do not wait)
-and ``--lock-timeout SECONDS`` (a fixed lease instead of a renewed one) are added to the command.
+Each run takes the lock just before ``handle()``, after Django's system checks (so that a bad
+setting is their E001/E004, not a traceback), and releases it when ``handle()`` returns or
+raises, and also on SIGTERM and SIGINT (the process then ends as the signal would have ended
+it). The lease is renewed while the command runs. Options ``--lock-wait SECONDS`` (default 0: do
+not wait) and ``--lock-timeout SECONDS`` (a fixed lease instead of a renewed one) are added to
+the command.
 
 When another instance holds the lock, the command prints one line naming it (host, pid, since
 when), unless ``--verbosity 0``, and exits with ``DJANGO_REDIS_LOCK_COMMAND_EXIT_CODE``; called
@@ -22,13 +24,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ..conf import lock_settings
@@ -112,18 +116,30 @@ class SingleInstanceMixin:
         return self._command_name or type(self).__module__.rsplit(".", 1)[-1]
 
     def execute(self, *args: Any, **options: Any) -> Any:
-        if not lock_settings.ENABLED:
-            return super().execute(*args, **options)  # type: ignore[misc]
-        wait = options.get("lock_wait")
-        timeout = options.get("lock_timeout")
-        name = self.get_lock_name(*args, **options)
-        lock = Lock(
-            name,
-            wait=self.lock_wait if wait is None else wait,
-            timeout=(self.lock_timeout if timeout is None else timeout) or None,
-            label=f"manage.py {self._command_name or name}",
-        )
+        # Django's own execute() runs the system checks first (as the command asks, unless
+        # --skip-checks), then handle(): the lock is taken there, just before handle(), so a
+        # bad setting of ours is the checks' E001/E004 as for any command, not a traceback.
+        command = cast(Any, self)
+        command.handle = functools.partial(self._handle_locked, command.handle)
         try:
+            return super().execute(*args, **options)  # type: ignore[misc]
+        finally:
+            del command.handle  # the class's own again
+
+    def _handle_locked(self, handle: Callable[..., Any], *args: Any, **options: Any) -> Any:
+        """``handle(*args, **options)`` while holding the command's lock."""
+        try:
+            if not lock_settings.ENABLED:
+                return handle(*args, **options)
+            wait = options.get("lock_wait")
+            timeout = options.get("lock_timeout")
+            name = self.get_lock_name(*args, **options)
+            lock = Lock(
+                name,
+                wait=self.lock_wait if wait is None else wait,
+                timeout=(self.lock_timeout if timeout is None else timeout) or None,
+                label=f"manage.py {self._command_name or name}",
+            )
             lock.__enter__()
         except LockNotAcquired as holder:
             running = AlreadyRunning(
@@ -138,16 +154,20 @@ class SingleInstanceMixin:
             if options.get("verbosity", 1) > 0:
                 sys.stderr.write(f"{running}\n")
             sys.exit(running.returncode)
+        except ImproperlyConfigured as exc:
+            # A bad setting the system checks did not stop (--skip-checks): said as they would.
+            check = getattr(exc, "check_id", None)
+            raise CommandError(f"Not running: {exc}" + (f" ({check})" if check else "")) from exc
         except LockBackendError as exc:
             if not lock_settings.FAIL_OPEN:
                 raise CommandError(f"Not running: {exc}") from exc
             logger.warning(
                 "Running %s without its lock (DJANGO_REDIS_LOCK_FAIL_OPEN): %s", name, exc
             )
-            return super().execute(*args, **options)  # type: ignore[misc]
+            return handle(*args, **options)
         with self._stop_on_signals(lock):
             try:
-                return super().execute(*args, **options)  # type: ignore[misc]
+                return handle(*args, **options)
             finally:
                 # A lost lock was reported when it was lost (ERROR, lock_lost); a release
                 # that cannot reach Redis leaves a lease that ends by itself.

@@ -20,7 +20,7 @@ from ..backends.inflight import carry
 from ..core import durations, flows
 from ..exceptions import LockBackendError, LockNotOwned
 from ..validators import checked_quorum
-from . import processes
+from . import eviction_advice, processes
 from . import quick as quick_path
 from .bookkeeping import Bookkeeping, Layout
 from .claims import Claim, Pending
@@ -137,6 +137,8 @@ class Leased:
         resolved = book.resolve()
         if resolved.on_holder is not None and processes.recorded.due(resolved.alias):
             self._write_record(resolved.alias)
+        if eviction_advice.advised.due(resolved.alias):  # this process's first lock there
+            eviction_advice.advise(resolved.alias)  # before it: nothing held meanwhile
         quick = None if want_result else quick_path.take(book, wait)
         if quick is not None:  # the lock may be free: one bare SET, flat
             try:
@@ -255,6 +257,8 @@ class Leased:
         resolved = book.resolve()
         if resolved.on_holder is not None and processes.recorded.due(resolved.alias):
             await self._awrite_record(resolved.alias)
+        if eviction_advice.advised.due(resolved.alias):
+            eviction_advice.aadvise(resolved.alias)  # in a worker thread, not waited for
         quick = None if want_result else quick_path.take(book, wait)
         if quick is not None:
             try:

@@ -18,8 +18,8 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from ..backends import ServerBackend, backend_of
-from ..backends.acl import refusal_text
 from ..backends.drivers import run
+from ..backends.eviction import read_evictions
 from ..backends.wire import execute, execute_many
 from ..conf import lock_settings
 from ..core import flows
@@ -307,39 +307,10 @@ def eviction_warnings(*, using: str | None = None) -> list[str]:
     """What could evict lock keys early: one line per server that has a ``maxmemory`` and a
     ``maxmemory-policy`` other than ``noeviction`` (an evicted lease lets a second holder in).
 
-    A server that does not let us read its configuration (``CONFIG`` renamed or refused, as on
-    managed services and for a least-privilege ACL user) gets a line that says so, and what to
-    make sure of; one that cannot be reached is passed over: this is advice, not a check.
+    A server that does not let us read its ``INFO memory`` (renamed or refused, as on some
+    managed services and for an ACL user without the locks' rule) gets a line that says so,
+    and what to make sure of; one that cannot be reached is passed over: this is advice, not a
+    check (``backends/eviction.py``).
     """
     alias = using or lock_settings.CACHE_ALIAS
-    warnings = []
-    for where, server in backend_of(alias).servers():
-        try:
-            replies = execute_many(
-                server, [("CONFIG", "GET", "maxmemory"), ("CONFIG", "GET", "maxmemory-policy")]
-            )
-        except RedisError:
-            continue
-        refused = next((reply for reply in replies if isinstance(reply, Exception)), None)
-        if refused is not None:
-            warnings.append(
-                f"Could not read the eviction policy of Redis at {where} (CONFIG GET: "
-                f"{refusal_text(refused)}). Make sure its maxmemory-policy is noeviction (a "
-                "managed service's console shows it): an evicted lease lets a second holder in."
-            )
-            continue
-        maxmemory, policy = (text(_config_value(reply)) for reply in replies)
-        if maxmemory not in ("", "0") and policy not in ("", "noeviction"):
-            warnings.append(
-                f"Redis at {where} may evict lock keys under memory pressure (maxmemory "
-                f"{maxmemory}, maxmemory-policy {policy}): an evicted lease lets a second holder "
-                "in. Give locks a Redis with maxmemory-policy noeviction."
-            )
-    return warnings
-
-
-def _config_value(reply: Any) -> Any:
-    """The value of a one-parameter ``CONFIG GET`` reply (a pair list in RESP2, a map in RESP3)."""
-    if isinstance(reply, dict):
-        return next(iter(reply.values()), "")
-    return reply[1] if len(reply) > 1 else ""
+    return [eviction.advice for eviction in read_evictions(alias) if eviction.advice is not None]
