@@ -22,6 +22,7 @@ class TcpProxy:
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
         self.mode = PASS
+        self.dropped = 0  # replies dropped so far (DROP_REPLIES)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
@@ -68,6 +69,7 @@ class TcpProxy:
                     sink.close()
                 return
             if self.mode == (DROP_REPLIES if replies else DROP_REQUESTS):
+                self.dropped += replies
                 continue
             if replies and self.mode == RESET_ON_REPLY:
                 # SO_LINGER 0: close with a reset, as a failing network or middlebox would.

@@ -17,7 +17,9 @@ signal handler does between two bytecodes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -27,8 +29,11 @@ from redis.connection import Connection
 
 from django_redis_lock import Lock, Semaphore, lock_contended, lock_many
 from django_redis_lock.primitives.keys import lock_keys
+from django_redis_lock.task_guards.policy import TaskGuard
+from django_redis_lock.task_guards.runs import GuardedRun
 from tests.conftest import django_redis_caches
 from tests.helpers import keys_without_ttl, run_async
+from tests.proxy import DROP_REPLIES, PASS
 from tests.testapp import views
 
 # -- the harness ------------------------------------------------------------------------------
@@ -94,11 +99,14 @@ async def sweep(
         cancel_at = CancelAt(operation(), n)
         try:
             outcome = Outcome(n, cancelled=False, result=await cancel_at)
-        except asyncio.CancelledError:
-            outcome = Outcome(n, cancelled=True)
+        except asyncio.CancelledError as error:
+            outcome = Outcome(n, cancelled=True, result=type(error))
             uncancel = getattr(asyncio.current_task(), "uncancel", None)  # (Python 3.11+)
             if uncancel is not None:
                 uncancel()
+        # Exactly CancelledError, never a subclass: Python 3.11 and 3.12's asyncio.timeout,
+        # wait_for and TaskGroup turn only that into TimeoutError, or let it through.
+        assert not outcome.cancelled or outcome.result is asyncio.CancelledError, outcome
         done.outcomes.append(outcome)
         try:
             await check(outcome)
@@ -345,6 +353,65 @@ def test_a_guarded_async_view_cancelled_anywhere_can_be_submitted_again(redis_cl
 
     done = run_async(main())
     assert done.cancelled >= 1, done
+
+
+def test_a_task_guard_s_start_cancelled_anywhere_leaves_its_run_key_free(redis_client):
+    """A run that takes its key, then ends its queue key's reservation (two keys: the guard
+    until_and_while_executing), cancelled before its verdict: nobody calls its exit."""
+
+    guard = TaskGuard("cancel.task", lambda x: None, label="", guard="until_and_while_executing")
+    names = guard.names((1,), {})
+
+    async def main():
+        runs = []
+
+        def operation():
+            run = GuardedRun(guard, names, "job-1", requeued_as_is=False)
+            runs.append(run)
+            return run.aenter()
+
+        async def check(outcome):
+            if not outcome.cancelled:
+                await runs[-1].aexit()
+            nothing_of_ours_held(redis_client, names.run)
+
+        return await sweep(operation, check)
+
+    done = run_async(main())
+    assert done.cancelled >= 2, done
+
+
+def test_a_cancellation_against_a_silent_redis_waits_no_longer_than_its_grace(
+    settings, redis_proxy
+):
+    """Redis stops answering while an acquisition waits for its reply: the cancellation
+    waits CANCEL_GRACE (1 s) for it, not the socket timeout (30 s here) on top."""
+    settings.CACHES = django_redis_caches(redis_proxy.url, SOCKET_TIMEOUT=30)
+
+    async def main():
+        warm = Lock(fresh("warm"), timeout=5)  # (its connection made, its scripts loaded)
+        assert await warm.aacquire()
+        await warm.arelease()
+        redis_proxy.mode = DROP_REPLIES
+        task = asyncio.ensure_future(Lock(fresh("silent"), timeout=30, wait=60).aacquire())
+        await wait_for_sent(redis_proxy)
+        started = time.monotonic()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        redis_proxy.mode = PASS
+        return time.monotonic() - started
+
+    # Far above the grace, far below the socket timeout: what a loaded machine cannot blur.
+    assert run_async(main()) < 15
+
+
+async def wait_for_sent(proxy, timeout: float = 10) -> None:
+    """Until the proxy has passed a request on whose reply it drops."""
+    deadline = time.monotonic() + timeout
+    while not proxy.dropped and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert proxy.dropped, "the request never reached Redis"
 
 
 def lock_keys_of(name: str) -> str:

@@ -7,15 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..core.flows import Flow
 from ..core.layout import KeyLayout
 from ..core.requests import Command, Eval, Failover, Pipeline, Sleep
 from ..core.uncontended import released
-from .inflight import carry
+from .inflight import carry, carrying
 
-__all__ = ["CancelledWithOutcome", "arelease", "arun", "release", "run"]
+__all__ = ["arelease", "arun", "release", "run"]
 
 
 def run(flow: Flow, backend: Any) -> Any:
@@ -37,29 +38,22 @@ def run(flow: Flow, backend: Any) -> Any:
             error = exc
 
 
-class CancelledWithOutcome(asyncio.CancelledError):
-    """:func:`arun`'s flow ended with ``outcome`` (a lease granted, say) after the caller was
-    cancelled: a cancellation still, which the caller raises once it has given back what the
-    outcome holds (``Leased.aclaim`` releases it)."""
-
-    def __init__(self, outcome: Any) -> None:
-        super().__init__()
-        self.outcome = outcome
-
-
 # What a backend carries to its end however the caller is cancelled (``inflight.carry``): the
 # core's requests to Redis, each a round trip. Waits are cut at once; a group's steps
 # (``primitives/group_steps.py``) run in the caller's task, as each member's own call.
 _CARRIED = (Command, Eval, Pipeline, Failover)
 
 
-async def arun(flow: Flow, backend: Any) -> Any:
+async def arun(
+    flow: Flow, backend: Any, *, give_back: Callable[[Any], Awaitable[None]] | None = None
+) -> Any:
     """:func:`run` for asyncio. A request to Redis is carried to its end however the caller
     is cancelled meanwhile (a cancellation waits for the reply in flight, ``inflight.py``), and
     its reply goes to the flow; the cancellation is thrown into the flow at its next step instead
     of that step (unless it is a clean-up step: those are carried out too), so that it steps out
-    of the line. A flow that ends all the same ends in :class:`CancelledWithOutcome`. Blocking
-    waits (``Block``, ``Sleep``) are cut at once."""
+    of the line. A flow that ends all the same hands its outcome (a lease granted, say) to
+    ``give_back``, before the cancellation goes on. Blocking waits (``Block``, ``Sleep``) are
+    cut at once."""
     reply: Any = None
     error: BaseException | None = None
     cancelled: asyncio.CancelledError | None = None
@@ -67,9 +61,11 @@ async def arun(flow: Flow, backend: Any) -> Any:
         try:
             request = flow.send(reply) if error is None else flow.throw(error)
         except StopIteration as stop:
-            if cancelled is not None:
-                raise CancelledWithOutcome(stop.value) from cancelled
-            return stop.value
+            if cancelled is None:
+                return stop.value
+            if give_back is not None:
+                await give_back(stop.value)
+            raise cancelled from None
         except BaseException as failure:
             if cancelled is not None and failure is not cancelled:
                 raise cancelled from failure
@@ -81,7 +77,7 @@ async def arun(flow: Flow, backend: Any) -> Any:
         try:
             if type(request) is Sleep:
                 await asyncio.sleep(request.seconds)
-            elif isinstance(request, _CARRIED):
+            elif isinstance(request, _CARRIED) and not carrying():
                 done = await carry(backend.perform(request))
                 reply, error = done.reply, done.error
                 cancelled = cancelled or done.cancelled

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -46,12 +47,14 @@ def no_reply(reply_timeout: float) -> RedisTimeoutError:
 
 @dataclass(slots=True)
 class Carried:
-    """How a carried exchange ended: its reply or its error, and the caller's cancellation if
-    one came meanwhile (the caller's to raise, once it has done what the reply asks)."""
+    """How a carried exchange ended: its reply or its error, the caller's cancellation if one
+    came meanwhile (the caller's to raise, once it has done what the reply asks), and whether
+    the exchange was cut (no reply in time: its task cancelled)."""
 
     reply: Any = None
     error: BaseException | None = None
     cancelled: asyncio.CancelledError | None = None
+    cut: bool = False
 
     def result(self) -> Any:
         """The reply, or the exchange's error raised."""
@@ -60,31 +63,39 @@ class Carried:
         return self.reply
 
 
-async def carry(exchange: Coroutine[Any, Any, Any], reply_timeout: float | None = None) -> Carried:
+async def carry(
+    exchange: Coroutine[Any, Any, Any],
+    reply_timeout: float | None = None,
+    *,
+    grace: float | None = CANCEL_GRACE,
+) -> Carried:
     """Run ``exchange`` (a request and its reply) to its end in a task of its own, whatever
     happens to the caller meanwhile. Its error is ``TimeoutError`` (``no_reply``) when no reply
-    came within ``reply_timeout``, or within ``CANCEL_GRACE`` of the caller's cancellation:
-    then the exchange is cut (its task cancelled, so that it sends its give-back)."""
+    came within ``reply_timeout``, or within ``grace`` of the caller's cancellation: then the
+    exchange is cut (its task cancelled, so that it sends its give-back). ``grace=None``: an
+    exchange that bounds its own time (a quorum's worker thread, which a cut would not stop)."""
     loop = asyncio.get_running_loop()
     task = loop.create_task(_marked(exchange))
     done = Carried()
     limit = None if reply_timeout is None else loop.time() + reply_timeout
-    cut = False
     while not task.done():
-        timeout = None if limit is None or cut else max(limit - loop.time(), 0.0)
+        timeout = None if limit is None or done.cut else max(limit - loop.time(), 0.0)
         try:
             await asyncio.wait({task}, timeout=timeout)
         except asyncio.CancelledError as error:
+            if done.cut:  # cancelled again while it cleans up: no longer waited for
+                done.cancelled = done.cancelled or error
+                break
             if done.cancelled is None:
                 done.cancelled = error
-                grace = loop.time() + CANCEL_GRACE
-                limit = grace if limit is None else min(limit, grace)
+                if grace is not None:
+                    limit = min(limit or math.inf, loop.time() + grace)
             continue
         if not task.done():
-            cut = True
+            done.cut = True
             task.cancel()  # then waited for: it sends its give-back, it does not wait for it
-    if task.cancelled():
-        done.error = no_reply(CANCEL_GRACE if reply_timeout is None else reply_timeout)
+    if not task.done() or task.cancelled():
+        done.error = no_reply(reply_timeout if reply_timeout is not None else grace or 0.0)
     else:
         try:
             done.reply = task.result()
@@ -109,18 +120,22 @@ async def carried(
     *,
     reply_timeout: float | None = None,
     give_back: Callable[[], Awaitable[Any]] | None = None,
+    gives_back_when_cut: bool = False,
+    grace: float | None = CANCEL_GRACE,
 ) -> Any:
     """:func:`carry` ``exchange`` for a caller with nothing to do after it but to give back
-    what it took: when the caller was cancelled meanwhile, ``give_back()`` (carried too, its
-    errors ignored: the lease then ends by itself) runs before the cancellation goes on."""
+    what it took: when the caller was cancelled meanwhile, ``give_back()`` (carried too, for
+    ``CANCEL_GRACE`` at most; its errors ignored: the lease then ends by itself) runs before
+    the cancellation goes on, unless the exchange was cut and ``gives_back_when_cut`` (on one
+    server, its give-back follows it on its connection already)."""
     if carrying():  # already carried as a whole: nothing to cut it but its grace
         return await _within(exchange, reply_timeout)
-    done = await carry(exchange, reply_timeout)
+    done = await carry(exchange, reply_timeout, grace=grace)
     if done.cancelled is None:
         return done.result()
-    if give_back is not None:
+    if give_back is not None and not (done.cut and gives_back_when_cut):
         with contextlib.suppress(Exception):
-            (await carry(_awaited(give_back))).result()
+            (await carry(_awaited(give_back), CANCEL_GRACE)).result()
     raise done.cancelled
 
 

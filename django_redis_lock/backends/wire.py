@@ -400,8 +400,9 @@ async def aexecute(
         reply_timeout = None
     give_back = None if if_silent is None else (lambda: _aexecute_once(client, if_silent()))
     return await carried(
-        _aexecute_once(client, args, if_silent), reply_timeout=reply_timeout, give_back=give_back
-    )
+        _aexecute_once(client, args, if_silent), reply_timeout=reply_timeout,
+        give_back=give_back, gives_back_when_cut=True,
+    )  # fmt: skip
 
 
 async def aexecute_on_cluster(cluster: Any, *args: Any, **ignored: Any) -> Any:

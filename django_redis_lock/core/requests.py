@@ -21,7 +21,7 @@ class Eval:
     unread: Redis runs it after the first whenever it runs that one. ``replicas``: after a reply
     that ``grants``, ``WAIT`` for that many replicas (``replica_timeout_ms``); the reply is then
     ``(reply, replicas that acknowledged)``. ``cleanup``: sent while unwinding after an error or
-    a cancellation (the async driver shields it)."""
+    a cancellation (the async driver carries it out even when the caller is cancelled again)."""
 
     script: str
     keys: tuple[str, ...]

@@ -1,6 +1,7 @@
 """``@prevent_double_submit(key=..., ...)``: a view, sync or async, against duplicate
-submissions, over the plain core in ``submissions.py`` (who the client is, what a submission
-is) and ``replays.py`` (the kept response of an Idempotency-Key).
+submissions, over the plain cores in ``identities.py`` (who the client is, and whether it is
+one person), ``submissions.py`` (what a submission is, what is kept of it) and ``replays.py``
+(the budgets of the kept responses).
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ class _SubmissionGuard:
         retry gets 409 at once, as the IETF draft requires of a request still in progress."""
         if self.wait is not None:
             return self.wait
+        if self.timeout is not None:  # a lease not renewed: it may end while the first runs,
+            return 0  # and a duplicate waiting in line would then take it and run again
         return PERSONAL_WAIT if personal and self.replay and not idempotent else 0
 
     def refuse(self, request: HttpRequest, submission: _Submission, claim: Claim) -> Any:
@@ -261,7 +264,8 @@ def prevent_double_submit(
 
             @functools.wraps(view)
             async def async_guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                submission = guard.plan(request)
+                # In a thread: who submits may need the database (request.user, the session).
+                submission = await sync_to_async(guard.plan)(request)
                 if submission is None:
                     return await view(request, *args, **kwargs)
                 try:

@@ -61,7 +61,14 @@ def _user(request: HttpRequest) -> PersonalIdentity | None:
 
 
 def _session(request: HttpRequest) -> PersonalIdentity | None:
-    key = getattr(getattr(request, "session", None), "session_key", None)
+    session = getattr(request, "session", None)
+    if session is None:
+        return None
+    # The key a request sends is its claim until the session is loaded: loading drops a key
+    # the store does not know (Django makes a new one), so a made-up or planted cookie value
+    # is no one's identity. (One more read of the store where nothing loaded it before.)
+    session.keys()
+    key = session.session_key
     return PersonalIdentity(f"session:{key}") if key else None
 
 

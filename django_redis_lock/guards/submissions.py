@@ -63,7 +63,7 @@ def request_fingerprint(request: HttpRequest) -> str:
     has read a multipart ``POST``, ``request.body`` can no longer be read.
 
     Two submissions that differ in anything the view reads there never share a fingerprint:
-    what is hashed is one JSON document of it (``canonical``), and a JSON document is read back
+    what is hashed is one JSON document of it (``_digest``), and a JSON document is read back
     in one way only, so every field keeps its own list of values (``tag=a&tag=b`` is not
     ``tag=a&b=``...), whatever the names and values contain. A form sent urlencoded or as
     multipart is the same submission.

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from redis.exceptions import RedisError
 
 from ..backends import async_backend_of, backend_of
-from ..backends.drivers import CancelledWithOutcome, arun, run
+from ..backends.drivers import arun, run
 from ..core.many import TakenInOrder, take_in_order
 from ..exceptions import LockBackendError
 from .claims import Pending
@@ -38,9 +38,8 @@ class ClaimOne:
 
 @dataclass(eq=False)
 class Undo:
-    """Release a member this acquisition took. Not shielded from a cancellation as the
-    drivers' clean-up requests are: a hold is its task's, and a shield runs in a task of its
-    own (the group goes on through a second cancellation instead)."""
+    """Release a member this acquisition took (its own ``release()``/``arelease()``, which
+    a cancellation does not cut short: ``Leased.arelease``)."""
 
     member: Lock
 
@@ -93,12 +92,14 @@ class AsyncMembers(Members):
         pendings = self.group.prepared(step)
         if pendings:
             backend = async_backend_of(pendings[0][1].alias)
-            try:
-                taken = await arun(take_in_order([p.plan for _, p in pendings]), backend)
-            except CancelledWithOutcome as cancelled:
+
+            async def hold(taken: TakenInOrder) -> None:
                 # Taken as the caller was cancelled: held, so that the group gives them back.
-                self.group.settle(step, pendings, cancelled.outcome)
-                raise
+                self.group.settle(step, pendings, taken)
+
+            try:
+                flow = take_in_order([p.plan for _, p in pendings])
+                taken = await arun(flow, backend, give_back=hold)
             except RedisError as exc:
                 raise self.group.backend_error(exc) from exc
             self.group.settle(step, pendings, taken)

@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 
 from ..backends import async_backend_of, backend_of, drivers
 from ..backends.clients import LockAlias
-from ..backends.drivers import CancelledWithOutcome, arun, run
+from ..backends.drivers import arun, run
 from ..backends.inflight import carry
 from ..core import durations, flows
 from ..exceptions import LockBackendError, LockNotOwned
@@ -275,14 +275,15 @@ class Leased:
         if isinstance(pending, Claim):
             return pending
         backend = async_backend_of(pending.alias)
-        try:
-            outcome = await arun(flows.acquire(pending.plan), backend)
-        except CancelledWithOutcome as cancelled:
-            # Granted as the caller was cancelled: held, then given back, before it goes on.
-            if self._book.settled(pending, cancelled.outcome).acquired:
+
+        async def give_back(outcome: Any) -> None:
+            # Granted as the caller was cancelled: held, then released, before it goes on.
+            if self._book.settled(pending, outcome).acquired:
                 with contextlib.suppress(LockNotOwned, LockBackendError):
                     await self.arelease()
-            raise
+
+        try:
+            outcome = await arun(flows.acquire(pending.plan), backend, give_back=give_back)
         except (RedisError, flows.Unconfirmed) as exc:
             raise self._book.backend_error("acquire", exc, pending.plan.started) from exc
         return self._book.settled(pending, outcome)

@@ -23,12 +23,13 @@ What a run can find (:class:`Verdict`):
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 
 from ..conf import lock_settings
 from ..core.durations import readable
-from ..exceptions import LockBackendError, LockNotOwned
+from ..exceptions import LockBackendError, LockError, LockNotOwned
 from ..primitives.claims import Claim
 from . import reservations
 from .duplicates import IGNORE, Duplicate, decide, ignore_copy
@@ -82,6 +83,13 @@ class GuardedRun:
                 reservations.cancel(*ending, using=self.guard.using)
         except LockBackendError as error:
             return self._unguarded(error)
+        except BaseException:
+            # Interrupted (KeyboardInterrupt) with the run's key taken and no verdict given:
+            # nobody calls exit() for it, so it goes back now, not at the end of its lease.
+            if self.lock is not None and self.lock.token is not None:
+                with contextlib.suppress(LockError):
+                    self.lock.release()
+            raise
         return verdict
 
     async def aenter(self) -> Verdict:
@@ -99,6 +107,12 @@ class GuardedRun:
                 await reservations.acancel(*ending, using=self.guard.using)
         except LockBackendError as error:
             return self._unguarded(error)
+        except BaseException:
+            # Cancelled with the run's key taken and no verdict given: see enter().
+            if self.lock is not None and self.lock.token is not None:
+                with contextlib.suppress(LockError):
+                    await self.lock.arelease()
+            raise
         return verdict
 
     def _judge(self, claim: Claim) -> Verdict:

@@ -107,12 +107,14 @@ class AsyncQuorumBackend(AsyncServerBackend):
 
     async def send(self, *args: Any, **options: Any) -> Any:
         # Carried to its end (inflight.py): the worker thread runs on whatever happens to the
-        # caller, so a cancellation waits for its answer and gives back what it took first.
+        # caller, so a cancellation waits for its answer and gives back what it took after.
         if_silent = options.get("if_silent")
         give_back = None if if_silent is None else (
             lambda: self.client.execute_command(*if_silent())
         )  # fmt: skip
-        return await carried(self.client.execute_command(*args), give_back=give_back)
+        # No grace: a cut would not stop the thread, and a give-back could overtake it on a
+        # slow member; each member's own timeout bounds it.
+        return await carried(self.client.execute_command(*args), give_back=give_back, grace=None)
 
     async def drop_stale(self, key: str) -> None:
         """Independent servers, no failover to follow."""
