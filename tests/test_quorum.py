@@ -4,7 +4,9 @@ one paused), with processes contending. The promises every topology keeps are in
 
 from __future__ import annotations
 
+import copy
 import io
+import logging
 import os
 import resource
 import signal
@@ -30,6 +32,7 @@ from django_redis_lock import (
 from django_redis_lock.primitives.keys import lock_keys
 from tests import workers
 from tests.helpers import lease_token, plant_lease
+from tests.proxy import HOLD_REPLIES, TcpProxy
 from tests.test_lock_concurrency import PROCESSES, run_workers
 from tests.topologies import QUORUM_MEMBERS
 
@@ -197,6 +200,147 @@ def test_late_answers_arriving_with_the_current_one_are_sorted_out(quorum):
         late.release()
     finally:
         os.kill(paused.pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def slow_member(quorum, settings):
+    """``configure(socket_timeout)``: q1 reached through a proxy that can hold its answers back
+    (a slow server: ``proxy.mode = HOLD_REPLIES``, then ``proxy.let_go()``), every member with
+    that socket timeout; returns the proxy."""
+    proxies = []
+
+    def configure(socket_timeout):
+        server = quorum.servers[1]
+        proxy = TcpProxy(server.host, server.port)
+        proxies.append(proxy)
+        caches = copy.deepcopy(quorum.caches)
+        caches["q1"]["LOCATION"] = proxy.url
+        for alias in MEMBERS:
+            caches[alias]["OPTIONS"]["SOCKET_TIMEOUT"] = socket_timeout
+        settings.CACHES = caches
+        return proxy
+
+    yield configure
+    for proxy in proxies:
+        proxy.let_go()
+        proxy.close()
+
+
+def _held_on_q0_and_q1(quorum, name, scripts):
+    """A lock held on q0 and q1, a majority: q2 had another holder's lease when it was taken,
+    and says "not ours" to its release. ``scripts="flushed"``: none loaded on the servers, as
+    after they started (the release's first answers are NOSCRIPT)."""
+    plant_lease(quorum.clients[2], lease_key(name), px=60_000)
+    held = Lock(name, using="redlock", timeout=60)
+    assert held.acquire(wait=0)
+    assert [lease_token(client, lease_key(name)) for client in quorum.clients] == [
+        held.token, held.token, "someone-else"
+    ]  # fmt: skip
+    if scripts == "flushed":
+        for client in quorum.clients:
+            client.script_flush()
+    else:
+        with Lock(f"{name}:other", using="redlock"):
+            pass  # release.lua loaded everywhere
+    return held
+
+
+@pytest.mark.parametrize("scripts", ["loaded", "flushed"])
+def test_a_release_waits_for_the_member_whose_answer_decides_it(quorum, slow_member, scripts):
+    """Issue 40: q0 released the lock and q2 says it was not ours: q1's answer decides, and it
+    is late. The release waits for it (up to the members' socket timeout, here 60 s) and
+    counts it, instead of giving up on it and failing. With no script loaded, the first
+    answers are NOSCRIPT: they do not count as failures (which decided the release at once,
+    before q1 could answer); the script is sent whole to each, in place."""
+    proxy = slow_member(socket_timeout=60)
+    name = f"q:slow-release-{scripts}"
+    held = _held_on_q0_and_q1(quorum, name, scripts)
+    returned, seen = threading.Event(), []
+
+    def late_q1():
+        seen.append(proxy.held.wait(30))  # q1 got the release and answered: held back...
+        returned.wait(0.5)  # ...half a second, or longer on a loaded machine: within the bound
+        seen.append(returned.is_set())
+        proxy.let_go()
+
+    proxy.mode = HOLD_REPLIES
+    late = threading.Thread(target=late_q1)
+    late.start()
+    outcome = _outcome(held.release)
+    returned.set()
+    late.join(30)
+    assert seen == [True, False]  # the release was still waiting when q1's answer came
+    assert outcome == "released"
+    assert [lease_token(client, lease_key(name)) for client in quorum.clients] == [
+        None, None, "someone-else"
+    ]  # fmt: skip
+
+
+def _outcome(call):
+    try:
+        call()
+    except Exception as exc:  # what the test reports
+        return f"{type(exc).__name__}: {exc}"
+    return "released"
+
+
+def test_a_release_counts_once_no_majority_can_hold_the_lock_any_more(quorum, slow_member, caplog):
+    """q0 released it, q2 says it was not ours, q1 stays silent past the bound (the members'
+    socket timeout, 0.5 s here): nobody can hold the lock on a majority now, and the worst
+    left to the user is a copy on q1, which ends with the lease. The release counts, with a
+    warning naming q1; it does not fail."""
+    proxy = slow_member(socket_timeout=0.5)
+    name = "q:silent-release"
+    held = _held_on_q0_and_q1(quorum, name, "loaded")
+    proxy.mode = HOLD_REPLIES
+    with caplog.at_level(logging.WARNING, logger="django_redis_lock"):
+        held.release()  # no error
+    assert not held.owned()
+    [warning] = [r.getMessage() for r in caplog.records if "did not answer" in r.getMessage()]
+    assert "q1" in warning
+    assert "ends with its lease" in warning
+    # (Only its answer is late: q1 ran the release. Read later, it is read and forgotten.)
+    assert [lease_token(client, lease_key(name)) for client in quorum.clients] == [
+        None, None, "someone-else"
+    ]  # fmt: skip
+    proxy.let_go()
+    with Lock(f"{name}:next", using="redlock", wait=5):
+        pass  # q1 answers what comes next, in order
+
+
+def test_a_release_too_few_servers_answered_says_who_released_it(quorum, slow_member):
+    """q1 silent past the bound and q2 stopped: the lock may still be held on them, a
+    majority; the release fails, saying what each server did."""
+    proxy = slow_member(socket_timeout=0.5)
+    name = "q:unknown-release"
+    held = Lock(name, using="redlock", timeout=60)
+    assert held.acquire(wait=0)
+    quorum.servers[2].stop()
+    proxy.mode = HOLD_REPLIES
+    with pytest.raises(LockBackendError) as failure:
+        held.release()
+    message = str(failure.value)
+    assert "only 1 of the 3 servers of quorum 'redlock' answered (1 released it)" in message
+    assert "2 are needed to release a lock" in message
+    assert "q1: Silent: no answer within" in message
+    assert "q2: ConnectionError" in message
+
+
+def test_a_renewal_too_few_servers_confirmed_says_what_each_did(quorum, slow_member):
+    """q0 renews, q2 refuses (not ours), q1 is silent past the bound: two answered, and two
+    are needed, but only one renewed it; the message says so."""
+    proxy = slow_member(socket_timeout=0.5)
+    held = _held_on_q0_and_q1(quorum, "q:unconfirmed-renewal", "loaded")
+    proxy.mode = HOLD_REPLIES
+    with pytest.raises(LockBackendError) as failure:
+        held.extend(60)
+    message = str(failure.value)
+    assert "only 1 of the 3 servers of quorum 'redlock' renewed it (2 answered, 1 refusing)" in (
+        message
+    )
+    assert "2 are needed to renew a lock (q1: Silent: no answer within" in message
+    proxy.let_go()
+    held.release()
 
 
 def test_fencing_tokens_increase_across_majorities(quorum):
