@@ -9,6 +9,8 @@
 - after every test, no key of ours in the session's database may be left without an expiry
   (``planted``: the keys a test wrote by hand, which are exempt).
 - ``redis_proxy``: the session's server behind a TCP proxy that can lose replies.
+- ``server_clock``: the scripts' clock, driven by the test (``tests/server_clock.py``), on the
+  session's server: scripts loaded with ``server_clock.script(name)`` see the time it sets.
 - ``broker_url``: a private redis-server of its own, the real task-queue workers' broker and
   result backend (never emptied between tests, so a worker started once serves many).
 - ``topology`` (``tests/topologies.py``): each test that takes it runs on one server, a Redis
@@ -44,6 +46,7 @@ from tests.helpers import (  # (tests import it from here)
     refused_by_acl,
 )
 from tests.proxy import TcpProxy
+from tests.server_clock import DrivenClock
 from tests.topologies import on_cluster, quorum, topology  # noqa: F401 (fixtures)
 
 ServerFactory = Callable[..., EmbeddedRedis]
@@ -158,6 +161,12 @@ def _every_key_of_ours_expires(_session_client: redis.Redis) -> Iterator[set[str
     yield planted
     leftovers = keys_without_ttl(_session_client, exempt=planted)
     assert leftovers == [], f"keys of ours left without an expiry: {leftovers}"
+
+
+@pytest.fixture
+def server_clock(redis_client: redis.Redis) -> DrivenClock:
+    """The scripts' clock, driven by the test (``tests/server_clock.py``)."""
+    return DrivenClock(redis_client)
 
 
 @pytest.fixture

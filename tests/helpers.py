@@ -213,3 +213,23 @@ def hold_in_thread(name: str, timeout: float = 30) -> tuple[threading.Event, thr
     thread.start()
     assert held.wait(10)
     return release, thread
+
+
+# A lease the watchdog keeps alive on a loaded machine: renewed a third of the way, it is lost
+# only if the watchdog's thread gets no turn for two thirds of it (1.3 s). Sub-second leases
+# (0.3 s: 0.2 s without a turn) were lost on a 2-core machine with both cores busy.
+RENEWED_LEASE = 2.0
+
+
+def renewed_after(held: Any, moment: float, timeout: float = 30) -> None:
+    """Wait until the watchdog had ``held``'s lease (a Lock's or a Semaphore's) renewed after
+    ``moment`` (monotonic): Redis confirmed it still ours then. With ``moment`` past the end
+    of a lease the test knows of (taken, or on a server since replaced), that shows the
+    renewals kept it alive all along, by the order of events, however loaded the machine."""
+    hold = held._book.hold()
+    wait_until(lambda: hold.renewal is not None, timeout, "the watchdog to take the hold on")
+    renewal = hold.renewal
+    # A renewal confirmed at ``at`` makes it end at ``at`` plus its whole lease.
+    wait_until(
+        lambda: renewal.expires_at - renewal.lease > moment, timeout, "a renewal after that"
+    )

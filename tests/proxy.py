@@ -1,10 +1,10 @@
 """A TCP proxy between the lock's client and a real redis-server, to lose replies on purpose.
 
 What comes back can be passed on, dropped (the client waits for a reply that never comes: a
-blackhole) or cut (the client's connection is reset as the reply arrives): that is how a
-release whose reply was lost looks, since the request did reach Redis. Requests can be dropped
-too (lost on the way), and new connections refused (after ``cut_connections()``, a request
-cannot even be sent).
+blackhole), held back (a slow server: passed on, in order, when the test says) or cut (the
+client's connection is reset as the reply arrives): that is how a release whose reply was lost
+looks, since the request did reach Redis. Requests can be dropped too (lost on the way), and
+new connections refused (after ``cut_connections()``, a request cannot even be sent).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import struct
 import threading
 
 PASS, DROP_REPLIES, RESET_ON_REPLY = "pass", "drop replies", "reset on reply"
-DROP_REQUESTS, REFUSE = "drop requests", "refuse"
+DROP_REQUESTS, REFUSE, HOLD_REPLIES = "drop requests", "refuse", "hold replies"
 
 
 class TcpProxy:
@@ -27,6 +27,10 @@ class TcpProxy:
         self.port = self._listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
         self._closed = False
+        # HOLD_REPLIES: what came back meanwhile, in order; ``held`` is set when there is some.
+        self._passing = threading.Lock()
+        self._held: list[tuple[socket.socket, bytes]] = []
+        self.held = threading.Event()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         threading.Thread(target=self._accept, daemon=True, name="test-proxy").start()
 
@@ -37,6 +41,16 @@ class TcpProxy:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.close()
+
+    def let_go(self) -> None:
+        """Pass on the replies held back (HOLD_REPLIES), in order, and those to come."""
+        with self._passing:
+            self.mode = PASS
+            held, self._held = self._held, []
+            self.held.clear()
+            for sink, data in held:
+                with contextlib.suppress(OSError):
+                    sink.sendall(data)
 
     def close(self) -> None:
         self._closed = True
@@ -77,5 +91,10 @@ class TcpProxy:
                     sink.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     sink.close()
                 continue
-            with contextlib.suppress(OSError):
-                sink.sendall(data)
+            with self._passing:  # (in order with let_go()'s)
+                if replies and self.mode == HOLD_REPLIES:
+                    self._held.append((sink, data))
+                    self.held.set()
+                    continue
+                with contextlib.suppress(OSError):
+                    sink.sendall(data)

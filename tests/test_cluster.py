@@ -5,12 +5,14 @@ across slots. The promises every topology keeps are in ``test_contract.py``."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import redis
 
 from django_redis_lock import Lock, LockBackendError, registry
 from django_redis_lock.primitives.keys import lock_keys
+from tests.helpers import RENEWED_LEASE, renewed_after
 
 
 def test_lock_keys_share_one_slot(on_cluster):
@@ -62,18 +64,22 @@ def test_semaphore_on_a_cluster(on_cluster, settings):
         for key in (keys.holders, keys.owners, keys.queue, keys.waiters, keys.wake("t"))
     }
     assert len(slots) == 1
-    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.5  # renewed: three leases pass while held
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = RENEWED_LEASE  # renewed: a lease passes while held
     first, second = Semaphore("cluster:renders", limit=2), Semaphore("cluster:renders", limit=2)
     assert first.acquire()
     assert second.acquire()
     got_it = threading.Event()
     waiter = threading.Thread(
-        target=lambda: Semaphore("cluster:renders", limit=2, wait=10).acquire() and got_it.set()
+        target=lambda: Semaphore("cluster:renders", limit=2, wait=30).acquire() and got_it.set()
     )
     waiter.start()
     while not on_cluster.exists(keys.queue):
         got_it.wait(0.01)
-    assert not got_it.wait(1.5)  # renewed past three leases: still full
+    # Both permits renewed past a lease after the waiter queued: still full.
+    queued_at = time.monotonic()
+    renewed_after(first, queued_at + RENEWED_LEASE)
+    renewed_after(second, queued_at + RENEWED_LEASE)
+    assert not got_it.is_set()
     first.release()
     assert got_it.wait(5)  # handed over by the release
     waiter.join()

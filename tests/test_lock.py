@@ -439,7 +439,7 @@ def test_r1_crashed_holder_frees_the_lock_within_its_lease(redis_url):
 def test_r2_acquire_always_sets_ttl(redis_client):
     options = [
         {},
-        {"timeout": 0.5},
+        {"timeout": 5},  # a fixed lease, not renewed
         {"timeout": 100, "auto_renew": True},
         {"reentrant": True},
         {"fencing": True},
@@ -560,7 +560,11 @@ def test_r8_wait_is_honoured(redis_client):
 
     result, elapsed = in_thread(timed_attempt)
     assert result is False
-    assert 0.3 <= elapsed < 0.3 + 0.6  # (not rounded up to whole seconds, nor the default wait)
+    assert elapsed >= 0.3  # the whole wait...
+    # ...and not the default one (10 s): a loaded machine's scheduling is far less than 5 s.
+    # (Each block's length to the millisecond, not rounded up to whole seconds, is asserted on
+    # a driven clock: test_core_flows.py, and test_waits.py for what is sent.)
+    assert elapsed < 0.3 + 5
     assert holder.owned()
     holder.release()
     assert not redis_client.exists(lock_keys("r8", "default").queue)  # the waiter left the line

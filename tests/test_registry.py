@@ -16,9 +16,10 @@ from django.core.management.base import CommandError
 
 from django_redis_lock import Lock, LockLost, lock_force_released, registry
 from django_redis_lock.backends.wire import execute_many
+from django_redis_lock.core import flows
 from django_redis_lock.primitives.keys import lock_keys
 from tests.conftest import django_redis_caches
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,9 +100,10 @@ def test_a_key_without_a_valid_record_is_shown_not_a_crash(redis_client):
 
 
 def test_force_release_only_deletes_the_lease_that_was_shown(redis_client):
-    first = Lock("handed", timeout=0.2)
+    first = Lock("handed", timeout=30)
     first.acquire()
     shown = registry.get_lock("handed")
+    redis_client.pexpire(lock_keys("handed", "default").lease, 1)  # its lease ends now
     second = Lock("handed", timeout=30)
     assert second.acquire(wait=5)  # the first lease ended and the lock changed hands
     assert registry.force_release("handed", shown.token) is False
@@ -123,25 +125,30 @@ def test_a_name_with_a_lone_surrogate_is_listed_and_released_by_that_name(redis_
     assert not lock.locked()
 
 
-def test_force_release_is_reported_to_the_former_holder_and_wakes_a_waiter(redis_client, settings):
-    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+def test_force_release_is_reported_to_the_former_holder_and_wakes_a_waiter(
+    redis_client, settings, monkeypatch
+):
+    # The waiter's blocks last a minute (the holder's lease, its wait and BLOCK_CAP all
+    # longer): only a wake-up ends one sooner.
+    monkeypatch.setattr(flows, "BLOCK_CAP", 60.0)
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 60
     released = []
     lock_force_released.connect(
         lambda **kwargs: released.append(kwargs), weak=False, dispatch_uid="force"
     )
     got_it = threading.Event()
     waiter = threading.Thread(
-        target=lambda: Lock("stuck", wait=10, timeout=5).acquire() and got_it.set()
+        target=lambda: Lock("stuck", wait=120, timeout=5).acquire() and got_it.set()
     )
     try:
         with pytest.raises(LockLost), Lock("stuck", label="stuck job") as held:
             waiter.start()
-            while not registry.get_lock("stuck") or not redis_client.exists(
-                lock_keys("stuck", "default").queue
-            ):
-                threading.Event().wait(0.01)
+            wait_until(
+                lambda: redis_client.exists(lock_keys("stuck", "default").queue), 10, "queued"
+            )
             assert registry.force_release("stuck", held.token, by="an operator")
-            assert got_it.wait(5)  # woken by the release, not by a lease running out
+            # Woken by the release, not by a look a minute on (nor a lease running out).
+            assert got_it.wait(30)
     finally:
         lock_force_released.disconnect(dispatch_uid="force")
         waiter.join()

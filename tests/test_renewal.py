@@ -27,7 +27,7 @@ from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.primitives.renewal import renewer
 from tests import workers
 from tests.conftest import django_redis_caches
-from tests.helpers import hold_in_thread, wait_until
+from tests.helpers import RENEWED_LEASE, hold_in_thread, renewed_after, wait_until
 
 
 @pytest.fixture
@@ -48,13 +48,13 @@ def losses():
     lock_lost.disconnect(dispatch_uid="test-losses")
 
 
-def test_work_three_times_longer_than_the_lease_keeps_the_lock(settings, redis_client, losses):
-    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+def test_work_longer_than_the_lease_keeps_the_lock(settings, redis_client, losses):
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = RENEWED_LEASE
     with Lock("long-job") as held:
-        deadline = time.monotonic() + 0.9  # the work: three leases long
-        while time.monotonic() < deadline:
-            assert Lock("long-job", wait=0).acquire() is False  # nobody else got in
-            time.sleep(0.05)
+        # The work: until Redis confirmed a renewal after the first lease would have ended
+        # (each renewal lengthens the lease only while it is ours: nobody else got in).
+        renewed_after(held, time.monotonic() + RENEWED_LEASE)
+        assert Lock("long-job", wait=0).acquire() is False
         assert held.owned()
         assert not held.lost
     assert losses == []
@@ -75,13 +75,15 @@ def test_explicit_timeout_is_not_renewed(redis_client):
 
 
 def test_auto_renew_can_be_asked_for_with_an_explicit_timeout(redis_client):
-    with Lock("asked", timeout=0.3, auto_renew=True) as held:
-        time.sleep(0.7)
+    with Lock("asked", timeout=RENEWED_LEASE, auto_renew=True) as held:
+        renewed_after(held, time.monotonic() + RENEWED_LEASE)
         assert held.owned()
 
 
 def test_deleted_lease_is_reported(settings, redis_client, losses, caplog):
-    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    # (Its next renewal must be in time for the loss to be "gone", not "ended before this
+    # process could renew it": a lease a loaded machine's watchdog keeps.)
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = RENEWED_LEASE
     with pytest.raises(LockLost), Lock("victim", label="nightly") as held:
         redis_client.delete(lock_keys("victim", "default").lease)
         assert losses.event.wait(5), "the renewal did not notice"
@@ -115,7 +117,7 @@ def test_redis_restart_while_held_is_a_loss_then_locking_works(
     assert lock.lost
     with pytest.raises(LockNotOwned):
         lock.release()
-    with Lock("restart") as again:  # new acquisitions work on the restarted server
+    with Lock("restart", timeout=30) as again:  # new acquisitions work on the restarted server
         assert again.owned()
 
 
@@ -253,7 +255,7 @@ def test_a_stalled_server_holds_up_only_its_own_renewals(
     settings, redis_url, redis_server_factory, losses
 ):
     """Each Redis client's renewals run apart: while one server does not answer (each try
-    waits out its 2 s socket timeout), a lock on another server, with a 0.3 s lease, is
+    waits out its 60 s socket timeout), a lock on another server, with a 2 s lease, is
     renewed on time. The stalled server's lock is reported lost when its lease ends, by our
     clock, without waiting for the socket timeout."""
     stalled = redis_server_factory()
@@ -261,20 +263,20 @@ def test_a_stalled_server_holds_up_only_its_own_renewals(
     caches["stalled"] = {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": stalled.url,
-        "OPTIONS": {"SOCKET_TIMEOUT": 2},
+        "OPTIONS": {"SOCKET_TIMEOUT": 60},
     }
     settings.CACHES = caches
-    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = RENEWED_LEASE
     on_stalled = Lock("on-the-stalled-server", using="stalled")
     on_stalled.acquire()
     os.kill(stalled.pid, signal.SIGSTOP)
     try:
         with Lock("elsewhere") as elsewhere:
-            assert losses.event.wait(5)  # the stalled one could not be renewed in time
-            held_until = time.monotonic() + 1.2  # four leases of this one: renewed all along
-            while time.monotonic() < held_until:
-                assert elsewhere.owned()
-                time.sleep(0.05)
+            assert losses.event.wait(30)  # the stalled one could not be renewed in time
+            # Renewed after the loss and past a lease after it: its renewals did not wait for
+            # the stalled server's (each try of which waits up to a minute).
+            renewed_after(elsewhere, time.monotonic() + RENEWED_LEASE)
+            assert elsewhere.owned()
     finally:
         os.kill(stalled.pid, signal.SIGCONT)
     assert [name for name, _ in losses] == ["on-the-stalled-server"]
@@ -296,13 +298,14 @@ def abandonment_warnings(caplog, name):
 def test_renewal_stops_when_the_holding_thread_ended_without_releasing(
     settings, redis_client, losses, caplog
 ):
-    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.3  # (its end is waited for: no renewal may come)
     lock = Lock("orphan")  # still referenced here: only its thread is gone
-    thread = threading.Thread(target=lock.acquire, name="forgetful")
+    acquired = []
+    thread = threading.Thread(target=lambda: acquired.append(lock.acquire()), name="forgetful")
     thread.start()
     thread.join()
     key = lock_keys("orphan", "default").lease
-    assert redis_client.exists(key)
+    assert acquired == [True]
     wait_until(lambda: not redis_client.exists(key), 10, "the orphaned lease to expire")
     [warning] = abandonment_warnings(caplog, "orphan")
     assert "forgetful" in warning.getMessage()
@@ -347,10 +350,10 @@ def test_renewal_stops_when_the_holding_task_ended_without_releasing(
 
 def test_a_lock_held_by_a_living_thread_is_still_renewed(settings, redis_client, losses, caplog):
     """The other side: a lease that a living thread holds through a live object is kept."""
-    settings.DJANGO_REDIS_LOCK_TIMEOUT = 1
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = RENEWED_LEASE
     held = Lock("kept")
     held.acquire()
-    time.sleep(2.5)  # two and a half leases
+    renewed_after(held, time.monotonic() + RENEWED_LEASE)  # past its first lease
     assert held.owned()
     assert abandonment_warnings(caplog, "kept") == []
     held.release()

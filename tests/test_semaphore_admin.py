@@ -15,7 +15,7 @@ from django_redis_lock.registry.semaphores import (
     get_semaphore,
     iter_semaphores,
 )
-from tests.helpers import staff, wait_until
+from tests.helpers import RENEWED_LEASE, staff, wait_until
 
 CHANGELIST = "/admin/django_redis_lock/heldlock/"
 SEMAPHORE = CHANGELIST + "semaphore/"
@@ -68,7 +68,7 @@ def test_hashed_and_tagged_names_are_listed_by_name():
 
 
 def test_force_release_of_one_permit_hands_it_to_the_first_waiter(redis_client, settings):
-    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.5
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = RENEWED_LEASE  # (held until force-released)
     stuck = Semaphore("imports", limit=1)
     assert stuck.acquire()
     released = []

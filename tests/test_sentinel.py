@@ -25,6 +25,7 @@ from redis.sentinel import Sentinel
 
 from django_redis_lock import Lock, LockBackendError, LockNotOwned, get_redis_client, lock_lost
 from django_redis_lock.primitives.keys import lock_keys
+from tests.helpers import RENEWED_LEASE
 
 # django-redis keeps connection pools per URL for the whole process: each test's Sentinel
 # setup gets a service name of its own, so that no test reuses an earlier test's pool.
@@ -435,12 +436,12 @@ def test_semaphore_through_sentinel_with_replica_confirmation(settings, sentinel
 
     primary, _, _, _ = sentinel_setup
     settings.DJANGO_REDIS_LOCK_MIN_REPLICAS = 1
-    settings.DJANGO_REDIS_LOCK_TIMEOUT = 0.5
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = RENEWED_LEASE  # (no permit lapses meanwhile)
     semaphore = Semaphore("via-sentinel:renders", limit=2)
     with semaphore:
         client = redis.Redis.from_url(primary.url)
         holders = permit_keys("via-sentinel:renders", "default").holders
         score = client.zscore(holders, semaphore.token)
-        wait_until(lambda: client.zscore(holders, semaphore.token) != score, 5, "a renewal")
+        wait_until(lambda: client.zscore(holders, semaphore.token) != score, 10, "a renewal")
         assert Semaphore("via-sentinel:renders", limit=2, wait=0).acquire()
         assert not Semaphore("via-sentinel:renders", limit=2, wait=0).acquire()

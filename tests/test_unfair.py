@@ -5,12 +5,11 @@ threads."""
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import Any
 
 from django_redis_lock import Lock
-from django_redis_lock.backends.scripts import JOIN, RELEASE
+from django_redis_lock.backends.scripts import JOIN, RELEASE, Script
 from django_redis_lock.core import flows
 from django_redis_lock.core.lease import OwnerRecord
 from django_redis_lock.core.uncontended import (
@@ -28,17 +27,19 @@ def _hold(client: Any, keys: Any, token: str) -> None:
     assert client.set(keys.lease, f"{token}|0|0|{RECORD}", nx=True, px=10_000)
 
 
-def _queue(client: Any, keys: Any, token: str, flags: str = "u") -> Any:
-    return JOIN(
+def _queue(client: Any, keys: Any, token: str, flags: str = "u", join: Script = JOIN) -> Any:
+    return join(
         client,
         (keys.lease, keys.queue, keys.waiters, keys.wake(token), keys.result),
         (token, 10_000, RECORD, flows.QUEUE, flags, 3000),
     )
 
 
-def _release(client: Any, keys: Any, token: str, expected: str, unfair_ms: int) -> Any:
+def _release(
+    client: Any, keys: Any, token: str, expected: str, unfair_ms: int, release: Script = RELEASE
+) -> Any:
     request = release_request(keys, token, expected, unfair_ms=unfair_ms)
-    return RELEASE(client, request.keys, request.args)
+    return release(client, request.keys, request.args)
 
 
 def test_an_unfair_release_leaves_the_lock_free_and_wakes_the_first_waiter(redis_client):
@@ -120,8 +121,10 @@ def test_threads_of_an_unfair_lock_never_overlap_and_every_waiter_gets_it(redis_
     assert redis_client.get(keys.lease) is None
 
 
-def _retry(client: Any, keys: Any, token: str, liveness_ms: int = 2000) -> Any:
-    return JOIN(
+def _retry(
+    client: Any, keys: Any, token: str, liveness_ms: int = 2000, join: Script = JOIN
+) -> Any:
+    return join(
         client,
         (keys.lease, keys.queue, keys.waiters, keys.wake(token), keys.result),
         (token, 10_000, RECORD, flows.RETRY, "ub", liveness_ms),
@@ -163,48 +166,54 @@ def test_a_retry_keeps_the_waiters_place_takes_a_free_lock_and_requeues_a_lost_e
     assert keys_without_ttl(redis_client) == []
 
 
-def _server_ms(client: Any) -> int:
-    seconds, micros = client.time()
-    return seconds * 1000 + micros // 1000
-
-
-def test_a_waiter_that_lost_the_race_is_left_to_ask_again_on_its_own(redis_client):
+def test_a_waiter_that_lost_the_race_is_left_to_ask_again_on_its_own(redis_client, server_clock):
     """A RETRY that finds the lock taken (the releaser came back first) marks the waiter's
     entry: it asks again on its own by LOST_RACE_RETRY_MS from now (its block is that short,
     flows.py). A release until then leaves the lock free without waking it again, nor anyone
     behind it; once the mark has passed, a release wakes it as before; a starved waiter is
-    handed the lock whatever its mark says."""
+    handed the lock whatever its mark says. On the driven server clock: the mark is 5 ms
+    ahead, and a loaded machine takes longer than that between two commands."""
+    join, release = server_clock.script("join"), server_clock.script("release")
     keys = lock_keys("unfair-lost-race", "default")
+    queued_at = server_clock.now_ms
     _hold(redis_client, keys, "holder")
-    assert _queue(redis_client, keys, "waiter")[0] == 0
-    assert _queue(redis_client, keys, "behind")[0] == 0
-    before = _server_ms(redis_client)
-    assert _retry(redis_client, keys, "waiter")[0] == 0  # lost: the holder has it
+    assert _queue(redis_client, keys, "waiter", join=join)[0] == 0
+    assert _queue(redis_client, keys, "behind", join=join)[0] == 0
+    assert _retry(redis_client, keys, "waiter", join=join)[0] == 0  # lost: the holder has it
     flags = redis_client.hget(keys.waiters, "waiter").split(b"|")[1]
     mark = int(flags.split(b"~")[1].split(b"@")[0])
-    assert before + LOST_RACE_RETRY_MS <= mark <= _server_ms(redis_client) + LOST_RACE_RETRY_MS
-    assert _release(redis_client, keys, "holder", "waiter", STARVATION_BOUND_MS) == [1, b"waiter"]
+    assert mark == queued_at + LOST_RACE_RETRY_MS
+    server_clock.advance(LOST_RACE_RETRY_MS - 1)  # the last moment before its mark
+    assert _release(redis_client, keys, "holder", "waiter", STARVATION_BOUND_MS, release) == [
+        1, b"waiter"
+    ]  # fmt: skip
     assert redis_client.get(keys.lease) is None  # free for whoever asks first
     assert redis_client.exists(keys.wake("waiter"), keys.wake("behind")) == 0  # nobody woken
     assert redis_client.lrange(keys.queue, 0, -1) == [b"waiter", b"behind"]
     # Told whom to expect even when it was not the one expected: nobody to wake either.
     _hold(redis_client, keys, "holder")
-    assert _release(redis_client, keys, "holder", "", STARVATION_BOUND_MS) == [1, b"waiter"]
+    assert _release(redis_client, keys, "holder", "", STARVATION_BOUND_MS, release) == [
+        1, b"waiter"
+    ]  # fmt: skip
     assert redis_client.exists(keys.wake("waiter")) == 0
-    # Its mark passed (it asks again, or is counted dead by its own deadline): woken again.
-    entry = redis_client.hget(keys.waiters, "waiter")
-    redis_client.hset(keys.waiters, "waiter", entry.replace(b"~%d" % mark, b"~%d" % (before - 1)))
+    # Its mark reached (it asks again, or is counted dead by its own deadline): woken again.
+    assert server_clock.advance(1) == mark
     _hold(redis_client, keys, "holder")
-    assert _release(redis_client, keys, "holder", "waiter", STARVATION_BOUND_MS) == [1, b"waiter"]
+    assert _release(redis_client, keys, "holder", "waiter", STARVATION_BOUND_MS, release) == [
+        1, b"waiter"
+    ]  # fmt: skip
     assert redis_client.lrange(keys.wake("waiter"), 0, -1) == [b""]
     redis_client.delete(keys.wake("waiter"))
-    # A starved waiter is handed the lock, mark or not.
+    # A starved waiter is handed the lock, mark or not: it loses the race once more just
+    # before it has waited STARVATION_BOUND_MS, and is handed the lock once it has.
+    server_clock.advance(queued_at + STARVATION_BOUND_MS - 1 - server_clock.now_ms)
     _hold(redis_client, keys, "holder")
-    assert _retry(redis_client, keys, "waiter")[0] == 0  # lost again: marked again
+    assert _retry(redis_client, keys, "waiter", join=join)[0] == 0  # lost again: marked again
     entry = redis_client.hget(keys.waiters, "waiter")
-    assert b"~" in entry
-    starved = re.sub(rb"@\d+\|", b"@%d|" % (before - STARVATION_BOUND_MS), entry, count=1)
-    redis_client.hset(keys.waiters, "waiter", starved)
-    assert _release(redis_client, keys, "holder", "waiter", STARVATION_BOUND_MS) == [1, b"waiter"]
+    assert b"~%d@%d|" % (server_clock.now_ms + LOST_RACE_RETRY_MS, queued_at) in entry
+    server_clock.advance(1)  # starved now, its mark still ahead
+    assert _release(redis_client, keys, "holder", "waiter", STARVATION_BOUND_MS, release) == [
+        1, b"waiter"
+    ]  # fmt: skip
     assert redis_client.get(keys.lease).startswith(b"waiter|")
     assert keys_without_ttl(redis_client) == []

@@ -160,10 +160,18 @@ class Broadcaster:
         timeout: float,
         settled: Callable[[Replies], bool] | None = None,
         members: Sequence[int] | None = None,
+        unloaded: Sequence[Any] | None = None,
     ) -> Replies:
         """Send ``command`` to every server (or to ``members``) at once, then read the replies
         as they arrive, until all have answered, or ``settled(replies)`` says the outcome is
         decided (then the others get a short grace), or ``timeout`` passes.
+
+        ``unloaded``: for a script's ``EVALSHA``, the same script as one command that needs
+        nothing loaded (``EVAL`` of its source). A server that answers ``NOSCRIPT`` (after it
+        started, or a ``SCRIPT FLUSH``) is sent it at once, on the same connection, and its
+        answer to that is its reply: a ``NOSCRIPT`` is no answer, and never decides anything
+        (counted as a failure, it decided a release before the one server that could tell had
+        answered).
 
         A server that gave no answer gets a :class:`Silent` error. Its connection is kept,
         with the answer still owed: later calls are sent behind it, in order, and read once
@@ -173,6 +181,7 @@ class Broadcaster:
         """
         indexes = range(len(self.clients)) if members is None else members
         packed = pack(command)
+        whole = None if unloaded is None else pack(unloaded)
         started = time.monotonic()
         deadline = started + timeout
         replies: Replies = {}
@@ -207,8 +216,15 @@ class Broadcaster:
                     while link.owed and not _broken(reply):
                         link.owed -= 1
                         reply = _read_reply(link) if link.ready() else _NOTHING
-                    if reply is not _NOTHING:
-                        replies[waiting.pop(link)] = reply
+                    if reply is _NOTHING:
+                        continue
+                    if whole is not None and isinstance(reply, NoScriptError):
+                        try:
+                            link.connection.send_packed_command([whole])
+                            continue  # its answer to the script sent whole is the one
+                        except RedisError as exc:
+                            reply = exc
+                    replies[waiting.pop(link)] = reply
             now = time.monotonic()
             for link, index in waiting.items():
                 link.owed += 1
@@ -236,17 +252,12 @@ class Broadcaster:
         settled: Callable[[Replies], bool] | None = None,
         members: Sequence[int] | None = None,
     ) -> Replies:
-        """:meth:`send` for one of our scripts, loaded where a server does not have it."""
-        replies = self.send(
+        """:meth:`send` for one of our scripts, sent whole where a server does not have it
+        (once per server and script: ``EVAL`` loads it too)."""
+        return self.send(
             ("EVALSHA", script.sha, len(keys), *keys, *argv),
             timeout=timeout,
             settled=settled,
             members=members,
+            unloaded=script.command(keys, argv),
         )
-        for index, reply in replies.items():
-            if isinstance(reply, NoScriptError):  # once per server and script, after a restart
-                try:
-                    replies[index] = script(self.clients[index], keys, argv)
-                except RedisError as exc:
-                    replies[index] = exc
-        return replies

@@ -155,16 +155,34 @@ class QuorumClient:
 
         return settled
 
-    def _unavailable(self, action: str, replies: Replies) -> QuorumUnavailable:
-        count = sum(1 for reply in replies.values() if answered(reply))
-        problems = "; ".join(
+    def _silent_ones(self, replies: Replies) -> str:
+        """The servers that gave no answer, and why: ``q1: Silent: no answer within 2s``."""
+        return "; ".join(
             f"{self.aliases[index]}: {type(reply).__name__}: {reply}"
             for index, reply in sorted(replies.items())
             if not answered(reply)
         )
+
+    def _unavailable(
+        self, action: str, replies: Replies, done: tuple[int, str] | None = None
+    ) -> QuorumUnavailable:
+        """Too few servers answered to ``action`` the lock, or (``done``: how many did what,
+        ``(1, "renewed it")``) too few of them agreed."""
+        count = sum(1 for reply in replies.values() if answered(reply))
+        servers = f"of the {len(self.clients)} servers of quorum {self.name}"
+        needed = (
+            f"and {self.majority} are needed to {action} a lock ({self._silent_ones(replies)})"
+        )
+        if done is None:
+            return QuorumUnavailable(f"only {count} {servers} answered, {needed}")
+        number, verb = done
+        if count < self.majority:
+            return QuorumUnavailable(
+                f"only {count} {servers} answered ({number} {verb}), {needed}"
+            )
         return QuorumUnavailable(
-            f"only {count} of the {len(self.clients)} servers of quorum {self.name} "
-            f"answered, and {self.majority} are needed to {action} a lock ({problems})"
+            f"only {number} {servers} {verb} ({count} answered, {count - number} refusing), "
+            f"{needed}"
         )
 
     # -- the scripts, as a majority ------------------------------------------------------------
@@ -279,7 +297,14 @@ class QuorumClient:
 
     def _release(self, keys: list[str], argv: list[Any]) -> list[int]:
         """[0] released by a majority, [-1] a majority says it was not ours (any more), [-2]
-        the key is not a lock (on a server that answered, where none released it)."""
+        the key is not a lock (on a server that answered, where none released it).
+
+        The servers whose answers decide it are waited for up to ``reply_timeout`` (the
+        members' socket timeout). A server still silent then keeps its copy of the lease until
+        the lease ends: when fewer than a majority may still hold it, nobody can hold the lock
+        on a majority any more, and the release counts if the silent ones could have made a
+        majority of releases (it was ours where it answered); only when a majority may still
+        hold it does it fail (:class:`QuorumUnavailable`)."""
         replies = self.servers.run(
             self._release_script, keys, argv, timeout=self.reply_timeout,
             settled=self._decided_by(lambda reply: _release_code(reply) >= 0),
@@ -288,9 +313,18 @@ class QuorumClient:
         released = sum(1 for code in codes if code >= 0)
         if released >= self.majority:
             return [0]
-        unknown = sum(1 for reply in replies.values() if not answered(reply))
-        if released + unknown >= self.majority:
-            raise self._unavailable("release", replies)
+        unknown = [index for index, reply in replies.items() if not answered(reply)]
+        if len(unknown) >= self.majority:
+            raise self._unavailable("release", replies, (released, "released it"))
+        if released and released + len(unknown) >= self.majority:
+            logger.warning(
+                "Quorum %s: %s released by %d of %d servers, not ours on the others that "
+                "answered; %s did not answer within %s: its copy ends with its lease (%s).",
+                self.name, keys[0], released, len(self.clients),
+                ", ".join(self.aliases[index] for index in unknown),
+                readable(self.reply_timeout), self._silent_ones(replies),
+            )  # fmt: skip
+            return [0]
         return [-2] if -2 in codes and not released else [-1]
 
     def _extend(self, keys: list[str], argv: list[Any]) -> int:
@@ -304,9 +338,16 @@ class QuorumClient:
         in_time = time.monotonic() - started < lease - clock_allowance(lease)
         if extended >= self.majority and in_time:
             return 1
+        if extended >= self.majority:
+            raise QuorumUnavailable(
+                f"{extended} of the {len(self.clients)} servers of quorum {self.name} renewed "
+                f"{keys[0]}, but only after {readable(time.monotonic() - started)}: past its "
+                f"lease of {readable(lease)}, less {readable(clock_allowance(lease))} for clock "
+                "drift"
+            )
         unknown = sum(1 for reply in replies.values() if not answered(reply))
         if extended + unknown >= self.majority:
-            raise self._unavailable("renew", replies)
+            raise self._unavailable("renew", replies, (extended, "renewed it"))
         return 0
 
     def _read(self, command: str, args: Sequence[Any]) -> Any:

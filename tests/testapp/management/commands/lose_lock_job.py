@@ -9,8 +9,13 @@ progress = []
 
 
 class Command(SingleInstanceCommand):
+    def add_arguments(self, parser):
+        # How long the work lasts: an abort interrupts it (a test that waits for one gives
+        # it long enough that no loaded machine's watchdog is that late).
+        parser.add_argument("--work", type=float, default=2.0)
+
     def handle(self, *args, **options):
         get_redis_client().delete(lock_keys("lose_lock_job", "default").lease)
         progress.append("deleted")
-        time.sleep(2)  # the work; an abort interrupts it
+        time.sleep(options["work"])
         progress.append("finished")
