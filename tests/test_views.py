@@ -199,6 +199,38 @@ def test_duplicate_while_running_gets_409_html_or_json():
     assert int(as_json["Retry-After"]) >= 1
 
 
+def test_a_duplicate_does_not_wait_for_a_lease_that_is_not_renewed():
+    """With a fixed ``timeout`` the first request's lease may end while it runs: a duplicate
+    waiting in line would take it then, and run the view a second time."""
+    with queued_for(".fixed_lease") as queued:
+        _, [duplicate] = while_first_runs("/fixed-lease/", 1, lambda: post("/fixed-lease/"))
+    assert duplicate.status_code == 409
+    assert not queued.acquire(timeout=0), "the duplicate waited in line"
+    assert views.runs["fixed_lease"] == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_view_tells_a_logged_in_user_by_default(settings):
+    """``request.user`` loads the session from the database, which Django refuses in the
+    event loop: who submits is found in a thread (it was a 500)."""
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("alice"))
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+
+    async def main():
+        browser = AsyncClient()
+        browser.cookies[settings.SESSION_COOKIE_NAME] = cookie
+        first = await browser.post("/async-order-by-user/", {"item": "book"})
+        again = await browser.post("/async-order-by-user/", {"item": "book"})
+        return first, again
+
+    first, again = run_async(main())
+    assert first.status_code == 200
+    assert again.content == first.content  # a user is one person: replayed
+    assert again["Idempotent-Replayed"] == "true"
+    assert sum(views.runs.values()) == 1
+
+
 def test_waiting_duplicate_gets_the_first_response(caplog):
     views.gate.clear()
     with (

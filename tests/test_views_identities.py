@@ -190,3 +190,17 @@ def test_header_and_field_values_of_different_names_are_different_identities():
     submit(by_team, "blue")
     submit(by_person, "blue")  # X-Person: blue, the value X-Team had
     assert runs == ["blue", "blue"]
+
+
+@pytest.mark.django_db
+def test_a_session_key_nobody_issued_is_no_one_s_identity():
+    """A cookie value the session store does not know (made up, or planted in another's
+    browser) is not a session: both fall back to the shared address, and get 409."""
+    view, runs = guarded_view("session")
+    planted = SessionStore(session_key="planted-by-attacker-0001")  # never saved
+    victim = submit(view, "victim", session=planted)
+    attacker = submit(view, "attacker", session=SessionStore(session_key=planted.session_key))
+    assert victim.content == b"voucher of victim"
+    assert attacker.status_code == 409
+    assert b"victim" not in attacker.content
+    assert runs == ["victim"]

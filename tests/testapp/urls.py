@@ -21,6 +21,8 @@ urlpatterns = [
     path("checkout/", views.checkout),
     path("checkout/done/", views.checkout_done),
     path("payment/", views.payment),
+    path("async-order-by-user/", views.async_order_by_user),
+    path("fixed-lease/", views.fixed_lease),
     path("patient/", views.patient),
     path("report/", views.report),
     path("anonymous-payment/", views.anonymous_payment),

@@ -4,6 +4,7 @@ import secrets
 import threading
 from collections import Counter
 
+from asgiref.sync import sync_to_async
 from django.http import HttpResponse, HttpResponseRedirect, JsonResponse, StreamingHttpResponse
 from django.middleware.csrf import get_token
 from django.utils.decorators import method_decorator
@@ -107,6 +108,20 @@ def anonymous_payment(request):
 def session_payment(request):
     ran("session_payment")
     return HttpResponse(f"receipt for {request.POST.get('payer')}: {secrets.token_hex(8)}")
+
+
+@prevent_double_submit()  # the default key, on an async view: the user, found in a thread
+async def async_order_by_user(request):
+    ran(f"async_order_by_user:{await sync_to_async(lambda: request.user.pk)()}")
+    return HttpResponse(f"ordered {secrets.token_hex(8)}")
+
+
+# A lease that is not renewed may end while the view runs: its duplicates must not wait.
+@prevent_double_submit(BY_CLIENT, timeout=30)
+def fixed_lease(request):
+    ran("fixed_lease")
+    gate.wait(30)
+    return HttpResponse("done")
 
 
 @prevent_double_submit(BY_CLIENT)  # a person's duplicate waits for the first (10 s at most)
