@@ -494,7 +494,8 @@ def test_a_sync_acquire_interrupted_at_any_step_holds_or_leaves_nothing(
 
 def test_a_sync_release_interrupted_at_any_step_leaves_nothing(interrupting, redis_client):
     """A release is finished before the interrupt goes on (tried again if it may not have
-    reached Redis): the lock is free, and the object holds nothing."""
+    reached Redis), with the result it keeps for duplicates: the lock is free, the result
+    there, and the object holds nothing."""
     name = fresh("sync-release")
     lock = Lock(name, timeout=30, wait=1)
 
@@ -502,10 +503,13 @@ def test_a_sync_release_interrupted_at_any_step_leaves_nothing(interrupting, red
         interrupting.interrupt_at, armed = 0, interrupting.interrupt_at
         assert lock.acquire()
         interrupting.steps, interrupting.interrupt_at = 0, armed
-        lock.release()
+        lock.release(result=b"the first one's answer", result_ttl=30)
 
     def check(interrupted, result):
         assert lock.token is None
+        duplicate = Lock(name, timeout=30).claim(wait=5, want_result=True)
+        assert duplicate.result == b"the first one's answer", duplicate
+        redis_client.delete(lock_keys(name, "default").result)
         nothing_of_ours_held(redis_client, name, within=5)
 
     assert interrupted_everywhere(interrupting, operation, check) >= 3

@@ -15,6 +15,9 @@ topology (one server or Sentinel's primary, each Cluster primary, each member of
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,11 +26,15 @@ from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from .acl import refusal_text
 from .choice import backend_of
 from .clients import LockAlias
-from .wire import execute_on_each
+from .wire import borrowed, no_reply, pack
 
 __all__ = ["Eviction", "read_evictions"]
 
 INFO_MEMORY = ("INFO", "memory")
+# How long the servers have to answer, all together: advice is not worth a long wait (the
+# first lock of a process waits for it; asyncio.run() waits for its worker thread). A server
+# silent that long is left out, as an unreachable one is.
+REPLY_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,7 @@ def read_evictions(alias: LockAlias) -> list[Eviction]:
         servers = backend_of(alias).servers()  # a Cluster client reads its slot map when built
     except (RedisError, RedisClusterException):
         return []
-    replies = execute_on_each([server.client for server in servers], INFO_MEMORY)
+    replies = _each_reply([server.client for server in servers], INFO_MEMORY, REPLY_TIMEOUT)
     return [
         _eviction(server.name, reply)
         for server, reply in zip(servers, replies, strict=True)
@@ -99,3 +106,35 @@ def _eviction(server: str, reply: Any) -> Eviction:
         return Eviction(server, None, "", None, unread="its reply has no maxmemory_policy")
     human = fields.get("maxmemory_human") or str(maxmemory)
     return Eviction(server, maxmemory, human, policy)
+
+
+def _each_reply(clients: Sequence[Any], args: Sequence[Any], reply_timeout: float) -> list[Any]:
+    """One command to each of several servers (a plain client of each) in one round trip, not
+    one per server: sent to them all, then each reply read, once, within ``reply_timeout`` in
+    all. A server's error (refused, unreachable, silent) is returned in its place, not raised."""
+    packed = [pack(args)]
+    deadline = time.monotonic() + reply_timeout
+    with contextlib.ExitStack() as stack:
+        sent: list[Any] = []
+        for client in clients:
+            try:
+                connection = stack.enter_context(borrowed(client))
+                connection.send_packed_command(packed)
+            except RedisError as error:  # redis-py dropped the connection it could not use
+                sent.append(error)
+            else:
+                sent.append(connection)
+        replies: list[Any] = []
+        for connection in sent:
+            if isinstance(connection, RedisError):
+                replies.append(connection)
+                continue
+            try:
+                if not connection.can_read(timeout=max(deadline - time.monotonic(), 0.0)):
+                    connection.disconnect()  # its reply may still come: not to be reused
+                    replies.append(no_reply(reply_timeout))
+                    continue
+                replies.append(connection.read_response())
+            except RedisError as error:  # an error reply, or a connection redis-py dropped
+                replies.append(error)
+        return replies

@@ -39,7 +39,6 @@ __all__ = [
     "execute_many",
     "execute_many_on",
     "execute_on_cluster",
-    "execute_on_each",
     "follow_sentinel",
     "no_reply",
     "node_client",
@@ -335,33 +334,6 @@ def execute_many_on(connection: Any, commands: Sequence[Sequence[Any]]) -> list[
         except ResponseError as error:  # a complete error reply: still in step
             replies.append(error)
     return replies
-
-
-def execute_on_each(clients: Sequence[Any], args: Sequence[Any]) -> list[Any]:
-    """One command to each of several servers (a plain client of each) in one round trip, not
-    one per server: sent to them all, then each reply read, once. A server's error (refused,
-    unreachable, silent past its socket timeout) is returned in its place, not raised."""
-    packed = [pack(args)]
-    with contextlib.ExitStack() as stack:
-        sent: list[Any] = []
-        for client in clients:
-            try:
-                connection = stack.enter_context(borrowed(client))
-                connection.send_packed_command(packed)
-            except RedisError as error:  # redis-py dropped the connection it could not use
-                sent.append(error)
-            else:
-                sent.append(connection)
-        replies = []
-        for connection in sent:
-            if isinstance(connection, RedisError):
-                replies.append(connection)
-                continue
-            try:
-                replies.append(connection.read_response())
-            except RedisError as error:  # an error reply, or a connection redis-py dropped
-                replies.append(error)
-        return replies
 
 
 async def aexecute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:

@@ -285,9 +285,9 @@ class Bookkeeping:
         earlier_ran = hold.release_may_have_run
         hold.release_may_have_run = True  # until this try says otherwise (a cancel cannot)
         hold_renewal.stop(hold, self._state)  # the work is done: renewing now could only mislead
-        keep: tuple[Any, ...] = ()
+        keep = hold.releasing_with  # (a retry of a release that kept a result keeps it too)
         if result is not None:
-            keep = (result, durations.milliseconds(result_ttl))
+            keep = hold.releasing_with = (result, durations.milliseconds(result_ttl))
         request = uncontended.release_request(
             keys, hold.token, hold.next_token or self._first_waiter, keep,
             unfair_ms=0 if self.fair else uncontended.STARVATION_BOUND_MS,
@@ -313,7 +313,7 @@ class Bookkeeping:
             self._first_waiter = first
         owner, keys, hold = step.owner, step.keys, step.hold
         releasing_since, hold.releasing_since = hold.releasing_since, None
-        hold.release_may_have_run = False
+        hold.release_may_have_run, hold.releasing_with = False, ()
         if (
             code == -1
             and step.earlier_ran

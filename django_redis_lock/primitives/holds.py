@@ -184,6 +184,9 @@ class Hold:
     # retry that finds the lease gone knows whether it was our own release that got through.
     releasing_since: float | None = None
     release_may_have_run: bool = False
+    # What that release keeps for the duplicates (``release(result=...)``: the result and its
+    # ms), for a retry: a retry without it would hand the lock to a waiter for the result.
+    releasing_with: tuple[Any, ...] = ()
     # Kept alive (renewed, or a short handed lease to lengthen), and its lease deferred to the
     # watchdog's next look (``renewal`` None until then): see hold_renewal.start.
     young: bool = False
