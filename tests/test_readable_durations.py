@@ -156,7 +156,7 @@ def test_the_admin_and_the_commands_show_durations_as_people_read_them():
     assert duration(None) == "?"
     entry = Entry(kind="lock", name="report", group="report", holders=1, waiting=0,
                   held_for=90.0, ends_in=3600.0)  # fmt: skip
-    assert entry_rows([entry]) == [(entry, "1m 30s", "1h")]
+    assert entry_rows([entry]) == [(entry, "1m 30s", "1h", "report")]
     printed = lines.stats(Census((entry,), keys_scanned=1, complete=True), top=1)
     assert re.search(r"  1m 30s +1h$", printed[-1]), printed  # HELD FOR, ENDS IN
 
