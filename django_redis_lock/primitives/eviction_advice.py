@@ -10,15 +10,14 @@ The cost: one ``INFO memory`` to every server of the alias at once (``backends/e
 one round trip, once per process and alias, whatever it finds (an unreachable server is not
 asked again). The sync API sends it just before that first acquisition, as it writes the
 process's record (``processes.py``): before, so that nothing is held meanwhile (a short lease's
-first renewal never waits for a connection behind it). The async API sends it in a worker
-thread, on the sync client's connections, which the acquisition does not wait for: the event
-loop never blocks. It is advice: nothing it meets (a refusal, a silent server, a bad reply)
+first renewal never waits for a connection behind it). The async API sends it in a daemon
+thread, on the sync client's connections, which neither the acquisition nor ``asyncio.run()``
+waits for: the event loop never blocks. It is advice: nothing it meets (a refusal, a silent server, a bad reply)
 reaches the lock's caller.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
@@ -71,13 +70,14 @@ def advise(alias: LockAlias) -> None:
 
 
 def aadvise(alias: LockAlias) -> None:
-    """:func:`advise` for the async API: in a worker thread of the running loop, not waited
-    for (claimed here, so that the loop's next acquisitions do not ask again)."""
+    """:func:`advise` for the async API: in a daemon thread of its own, not waited for
+    (claimed here, so that the next acquisitions do not ask again). Not the event loop's
+    executor: ``asyncio.run()`` waits for that one as it ends, and a Redis that stops
+    answering mid-handshake would hold it there for a socket timeout."""
     if advised.claim(alias):
-        try:
-            asyncio.get_running_loop().run_in_executor(None, _tell, alias)
-        except RuntimeError:  # the loop's executor is shutting down: no advice, no error
-            logger.debug("No eviction advice for %r: the event loop is closing", alias)
+        threading.Thread(
+            target=_tell, args=(alias,), name="django-redis-lock eviction advice", daemon=True
+        ).start()
 
 
 def _tell(alias: LockAlias) -> None:
