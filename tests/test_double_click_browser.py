@@ -8,6 +8,8 @@ first request, the user saw the 409 page although the order went through.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -39,6 +41,11 @@ def browser_page(live_server, monkeypatch):
         )  # fmt: skip
         yield context.new_page()
         browser.close()
+
+
+def serving_requests() -> list[threading.Thread]:
+    """The live server's threads still serving a request."""
+    return [t for t in threading.enumerate() if "process_request_thread" in t.name]
 
 
 def shown(page) -> str:
@@ -73,13 +80,22 @@ def test_a_double_click_shows_the_first_request_s_page(browser_page, live_server
         answered = wait_until(
             lambda: ("waiting" if queued.acquire(timeout=0.05) else None)
             or ("refused" if "Already submitted" in shown(page) else None),
-            10, "the second request waiting for the first, or answered",
+            30, "the second request waiting for the first, or answered",
         )  # fmt: skip
         views.gate.set()
         assert answered == "waiting", "the second click was answered 409 while the first ran"
         # (Not wait_for_url: it may follow the first click's navigation, which the second one
         # aborts, and fail with ERR_ABORTED; what the page shows in the end is the point.)
-        wait_until(lambda: "placed</h1>" in shown(page), 30, "the page the second click leads to")
+        try:
+            wait_until(lambda: "placed</h1>" in shown(page), 30, "the second click's page")
+        except AssertionError as error:
+            raise AssertionError(
+                f"{error}: at {page.url}, {shown(page)[:300]!r}; runs {dict(views.runs)}"
+            ) from error
+    # The first request, whose answer the browser no longer waits for, ends in a thread of the
+    # live server: it must be done with the database before the test's teardown empties it
+    # (the in-memory SQLite connection is shared with the server's threads).
+    wait_until(lambda: not serving_requests(), 30, "the live server's requests to end")
     page.screenshot(path=tmp_path / "double-click.png")
     keep_screenshots(tmp_path / "double-click.png")
     assert page.inner_text("h1") == "Order 1 placed"
