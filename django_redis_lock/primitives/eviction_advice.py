@@ -12,8 +12,8 @@ asked again). The sync API sends it just before that first acquisition, as it wr
 process's record (``processes.py``): before, so that nothing is held meanwhile (a short lease's
 first renewal never waits for a connection behind it). The async API sends it in a daemon
 thread, on the sync client's connections, which neither the acquisition nor ``asyncio.run()``
-waits for: the event loop never blocks. It is advice: nothing it meets (a refusal, a silent server, a bad reply)
-reaches the lock's caller.
+waits for: the event loop never blocks. It is advice: nothing it meets (a refusal, a silent
+server, a bad reply) reaches the lock's caller.
 """
 
 from __future__ import annotations
