@@ -63,7 +63,9 @@ def test_second_instance_exits_and_names_the_holder(redis_url, running_holder):
     running_holder.stdin.write("stop\n")
     running_holder.stdin.flush()
     assert running_holder.wait(30) == 0
-    assert Lock("hold_job", wait=0).acquire()  # released on the way out
+    after = Lock("hold_job", wait=0)
+    assert after.acquire()  # released on the way out
+    after.release()
 
 
 @pytest.mark.parametrize("wait", ["0", "0.2"])
