@@ -29,7 +29,7 @@ from .guards.single import single_instance
 from .guards.submissions import ALL, UNSAFE, DuplicateSubmission
 from .management.base import AlreadyRunning, SingleInstanceCommand, SingleInstanceMixin
 from .mixins import LockableModelMixin
-from .primitives.access import acl_rule
+from .primitives.acl import acl_rule
 from .primitives.group import LockGroup, lock_many
 from .primitives.lock import Claim, Lock
 from .primitives.semaphore import Semaphore

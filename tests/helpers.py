@@ -195,7 +195,7 @@ def find_chromium() -> str | None:
 
 def keys_left(client, pattern: str = "*") -> list:
     """The keys matching ``pattern``, but for the processes' records (``{!process}``, kept an
-    hour whether a lock is held or not: core/processes.py): what locks left behind."""
+    hour whether a lock is held or not: core/dead_holders.py): what locks left behind."""
     return [key for key in client.keys(pattern) if b"{!process}" not in key]
 
 

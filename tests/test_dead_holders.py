@@ -1,6 +1,5 @@
-"""A holder that died on this machine passes its lock on at once (``core/processes.py``,
-``primitives/deaths.py``); a holder elsewhere, or in another PID namespace, never has its lease
-cut short."""
+"""A holder that died on this machine passes its lock on at once (the watch for dead holders);
+a holder elsewhere, or in another PID namespace, never has its lease cut short."""
 
 from __future__ import annotations
 
@@ -17,16 +16,17 @@ from typing import Any
 import pytest
 
 from django_redis_lock import Lock
+from django_redis_lock.core.dead_holders import ProcessRecord, dead, process_of
 from django_redis_lock.core.lease import reservation_token
-from django_redis_lock.core.processes import ProcessRecord, dead, process_of
-from django_redis_lock.primitives import holds, processes
-from django_redis_lock.primitives.deaths import deaths
+from django_redis_lock.primitives import holds
+from django_redis_lock.primitives.background import process_records
+from django_redis_lock.primitives.background.dead_holders import dead_holder_watch
 from django_redis_lock.primitives.keys import lock_keys, process_key
 from tests import workers
 from tests.helpers import start_queued, wait_until
 
 SPAWN = multiprocessing.get_context("spawn")
-HERE = processes.here()
+HERE = process_records.here()
 
 needs_proc = pytest.mark.skipif(HERE is None, reason="no /proc to look processes up in")
 
@@ -58,10 +58,10 @@ def test_only_a_process_in_the_same_place_whose_pid_is_gone_or_reused_is_dead():
 
 @needs_proc
 def test_the_start_time_tells_a_live_process_from_a_gone_one():
-    assert processes.started(os.getpid()) is not None
+    assert process_records.started(os.getpid()) is not None
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()  # reaped: no such pid any more
-    assert processes.started(child.pid) is None
+    assert process_records.started(child.pid) is None
 
 
 # -- with real processes ------------------------------------------------------------------------
@@ -76,7 +76,7 @@ def test_a_killed_holder_on_this_machine_passes_the_lock_on_at_once(redis_url, r
         record = ProcessRecord.decode(
             redis_client.get(process_key("default", process_of(_token(redis_client, keys)) or ""))
         )
-        assert record == ProcessRecord(HERE, holder.pid, processes.started(holder.pid))
+        assert record == ProcessRecord(HERE, holder.pid, process_records.started(holder.pid))
         got: list[bool] = []
 
         def waiter(index: int) -> None:
@@ -105,11 +105,13 @@ def test_a_live_holder_is_looked_up_once_and_its_death_ends_the_lease_it_holds(
         value = redis_client.get(keys.lease)
         token = _token(redis_client, keys)
         owner = process_of(token)
-        deaths.seen("default", keys, value)
-        wait_until(lambda: owner in deaths._settled, 10, "the watch to look the holder up")
+        dead_holder_watch.seen("default", keys, value)
+        wait_until(
+            lambda: owner in dead_holder_watch._settled, 10, "the watch to look the holder up"
+        )
         other = value.replace(token.encode(), f"{owner}00000000".encode())
-        deaths.seen("default", keys, other)  # another lease of the same lock, seen last
-        assert not deaths._woken  # (a settled holder: its sightings wake nobody)
+        dead_holder_watch.seen("default", keys, other)  # another lease of the same lock, seen last
+        assert not dead_holder_watch._woken  # (a settled holder: its sightings wake nobody)
         os.kill(holder.pid, signal.SIGKILL)
         # Its lease (30 s, renewed: 20 s left at least) is ended by the watch, not by time.
         wait_until(lambda: not redis_client.exists(keys.lease), 15, "its lease to be ended")
@@ -160,7 +162,7 @@ def _held_in_another_namespace(holder, redis_client, keys) -> None:
     assert not Lock("namespaced-holder").acquire(wait=1.5)  # held, by a live holder
     holder.kill()  # (--kill-child: the holder dies with unshare)
     holder.wait(10)
-    wait_until(lambda: processes.started(pid) is None, 10, "the holder to die")
+    wait_until(lambda: process_records.started(pid) is None, 10, "the holder to die")
     assert not Lock("namespaced-holder").acquire(wait=1.5)  # and its lease runs on
     assert _token(redis_client, keys) == token
     assert redis_client.pttl(keys.lease) > 20_000

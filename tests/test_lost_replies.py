@@ -26,8 +26,8 @@ from django_redis_lock import (
     lock_lost,
     lock_released,
 )
+from django_redis_lock.primitives.background.renewal import renewer
 from django_redis_lock.primitives.keys import lock_keys
-from django_redis_lock.primitives.renewal import renewer
 from tests.conftest import django_redis_caches
 from tests.helpers import lease_token, wait_until
 from tests.helpers import run_async as run

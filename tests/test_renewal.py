@@ -23,8 +23,8 @@ from django_redis_lock import (
 )
 from django_redis_lock.backends import ServerBackend
 from django_redis_lock.core.durations import clock_allowance
+from django_redis_lock.primitives.background.renewal import renewer
 from django_redis_lock.primitives.keys import lock_keys
-from django_redis_lock.primitives.renewal import renewer
 from tests import workers
 from tests.conftest import django_redis_caches
 from tests.helpers import RENEWED_LEASE, hold_in_thread, renewed_after, wait_until

@@ -1,4 +1,4 @@
-"""The watchdog's schedule (``core/schedule.py``) on a clock of plain numbers: when leases fall
+"""The watchdog's schedule (``core/renewal.py``) on a clock of plain numbers: when leases fall
 due, how they are batched, what each result of a renewal means. No Redis and no waiting: the
 renewals themselves, against a real server, are in test_lock.py and test_lost_replies.py."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from django_redis_lock.core.durations import clock_allowance
-from django_redis_lock.core.schedule import RETRY_INTERVAL, RenewedLease, Schedule
+from django_redis_lock.core.renewal import RETRY_INTERVAL, RenewedLease, Schedule
 
 ONE, OTHER = object(), object()  # two Redis clients
 

@@ -9,7 +9,7 @@ and async drivers (``drivers.py``) that run the core's flows on one.
 - ``quorum/``: :class:`QuorumBackend` and its client, several independent servers held as a
   majority: no queue, so its waiters poll;
 - ``wire.py`` (a command sent once, on a pooled connection), ``waits.py`` (blocking on a
-  wake-up list), ``scripts.py`` and ``lua/`` (the scripts), ``scanning.py``, ``renewals.py``
+  wake-up list), ``scripts.py`` and ``lua/`` (the scripts), ``scanning.py``, ``renewal.py``
   (many leases renewed at once), ``clients.py`` (the client of a cache alias).
 
 Each backend has an async twin over the ``redis.asyncio`` client of the same servers. Outside

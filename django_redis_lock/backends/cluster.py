@@ -14,12 +14,12 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from ..core.renewal import RenewedLease
 from ..core.requests import Block, Eval
-from ..core.schedule import RenewedLease
 from .acl import CLUSTER_CLIENT_COMMANDS
 from .base import one_by_one, shortened
 from .inflight import carried
-from .renewals import extend_on_nodes
+from .renewal import extend_on_nodes
 from .scripts import Script
 from .server import AsyncServerBackend, Server, ServerBackend
 from .waits import await_wake_on_cluster, wait_for_wake

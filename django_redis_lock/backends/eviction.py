@@ -5,7 +5,7 @@ cache's Redis; a ``volatile-*`` one too, since every key of ours has an expiry) 
 lease under memory pressure, and a second ``acquire()`` then succeeds while the first holder
 works; the holder learns it at its next renewal. The admin's Locks page, ``manage.py
 redis_locks list``, ``manage.py check --deploy`` (W003) and each process's first lock
-(``primitives/eviction_advice.py``) say so, all from :func:`read_evictions`.
+(``primitives/eviction.py``) say so, all from :func:`read_evictions`.
 
 It reads ``INFO memory`` (both values, one command), not ``CONFIG GET``: managed services
 that refuse ``CONFIG`` answer ``INFO``, and the locks' ACL rule grants ``INFO memory`` alone

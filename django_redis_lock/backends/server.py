@@ -12,10 +12,10 @@ from typing import Any, NamedTuple
 from redis.exceptions import NoScriptError
 from redis.sentinel import SentinelConnectionPool
 
+from ..core.renewal import RenewedLease
 from ..core.requests import Block, Eval, Request
-from ..core.schedule import RenewedLease
 from .base import SCRIPTS, Backend, silent
-from .renewals import extend_many, renew
+from .renewal import extend_many, renew
 from .scripts import RELEASE, Script
 from .waits import arun_then_wait, await_wake, run_then_wait, wait_for_wake
 from .wire import (

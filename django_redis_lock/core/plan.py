@@ -39,7 +39,7 @@ class AcquirePlan:
     # The first time we must wait: called with the plan and the holder's lease value (or None).
     on_contended: Callable[[AcquirePlan, Any], None] = lambda plan, holder: None
     # Each time a join finds the lock held: called with the plan and the holder's lease value
-    # (a watch for a holder that died, primitives/deaths.py). None: the joins do not ask.
+    # (the watch for dead holders). None: the joins do not ask.
     on_holder: Callable[[AcquirePlan, Any], None] | None = None
     retry_soon: Callable[[BaseException], bool] = lambda error: False  # e.g. TRYAGAIN
     unreachable: Callable[[BaseException], bool] = lambda error: False  # no use telling it

@@ -23,7 +23,8 @@ from ..core import durations, flows, uncontended
 from ..core.labels import group_of
 from ..core.layout import KeyLayout
 from ..exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
-from . import errors, hold_renewal, holds, reports
+from . import errors, holds, reports
+from .background import renewal
 from .claims import Claim, Pending, Resolved, Step, resolve
 from .holds import Hold, current_owner, own_tokens, reentrant_holds
 
@@ -255,7 +256,7 @@ class Bookkeeping:
         fence = outcome.fence if self.fencing else None
         hold = Hold(token, fence, now, lease, outcome.sent_at + granted, holds.pid)
         hold.next_token = outcome.next_token
-        hold_renewal.start(
+        renewal.start(
             hold, owner, alias, keys, lease=lease, renew=renew, sent_at=outcome.sent_at,
             granted=granted, title=self._title, state=self._state, report_lost=self.report_lost,
         )  # fmt: skip
@@ -284,7 +285,7 @@ class Bookkeeping:
             hold.releasing_since = time.monotonic()
         earlier_ran = hold.release_may_have_run
         hold.release_may_have_run = True  # until this try says otherwise (a cancel cannot)
-        hold_renewal.stop(hold, self._state)  # the work is done: renewing now could only mislead
+        renewal.stop(hold, self._state)  # the work is done: renewing now could only mislead
         keep = hold.releasing_with  # (a retry of a release that kept a result keeps it too)
         if result is not None:
             keep = hold.releasing_with = (result, durations.milliseconds(result_ttl))
@@ -357,7 +358,7 @@ class Bookkeeping:
             self._forget(step.owner, step.keys, hold)
             self.report_lost(hold, "its lease had ended before it was extended")
             raise LockNotOwned(f"Lock {self.name!r} was no longer ours to extend.", name=self.name)
-        hold_renewal.extended(hold, step.started, step.lease, self._state)
+        renewal.extended(hold, step.started, step.lease, self._state)
 
     def let_go(self, owner: object, hold: Hold) -> None:
         """``owner`` no longer holds ``hold`` here, while its lease lives on (``detach``)."""
@@ -368,7 +369,7 @@ class Bookkeeping:
 
     def _forget(self, owner: object, keys: KeyLayout, hold: Hold) -> None:
         own_tokens.discard(hold.token)
-        hold_renewal.stop(hold, self._state)
+        renewal.stop(hold, self._state)
         with self._state:
             if self._holds.get(owner) is hold:
                 del self._holds[owner]
@@ -383,7 +384,7 @@ class Bookkeeping:
             if hold.lost_reason is not None:
                 return
             hold.lost_reason = reason
-        hold_renewal.stop(hold, self._state)
+        renewal.stop(hold, self._state)
         reports.lost(self.reported, time.monotonic() - hold.acquired_at, reason)
 
     def lost_error(self, hold: Hold) -> LockLost:

@@ -21,10 +21,10 @@ from ..core.lease import takeover_prefixes
 from ..core.requests import Eval
 from ..exceptions import LockNotAcquired
 from . import holds, reports
-from .deaths import deaths
+from .background.dead_holders import dead_holder_watch
+from .background.process_records import here
 from .holds import Hold, OwnerRecords, strays
 from .keys import readable_tag
-from .processes import here
 
 __all__ = ["Claim", "Pending", "QuickTake", "Resolved", "Step", "resolve"]
 
@@ -59,10 +59,10 @@ class Resolved:
     replica_timeout_ms: int
     records: OwnerRecords  # its acquisitions' owner records
     # A plain lock (not fenced, re-entrant, held for a job; not a semaphore), neither on a
-    # quorum nor confirmed by replicas: a free one is taken by the flat path (quick.py).
+    # quorum nor confirmed by replicas: a free one is taken by the flat path (uncontended.py).
     flat: bool
     lease_ms: int
-    # Told each holder a join finds (the watch for dead holders, deaths.py), or None.
+    # Told each holder a join finds (the watch for dead holders), or None.
     on_holder: Callable[[flows.AcquirePlan, Any], None] | None = None
 
     def acquisition(
@@ -137,7 +137,7 @@ def resolve(
 
 
 def _seen(alias: LockAlias, plan: flows.AcquirePlan, holder: Any) -> None:
-    deaths.seen(alias, plan.keys, holder)
+    dead_holder_watch.seen(alias, plan.keys, holder)
 
 
 def _replicas(quorum: bool) -> int:

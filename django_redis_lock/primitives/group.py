@@ -29,7 +29,7 @@ from ..backends import backend_of
 from ..backends.drivers import arun, run
 from ..conf import lock_settings
 from ..core import durations
-from ..core.many import TakenInOrder
+from ..core.group import TakenInOrder
 from ..exceptions import LockBackendError, LockError, LockLost, LockNotOwned
 from ..hints import keyword_names
 from . import errors

@@ -12,7 +12,7 @@ from redis.exceptions import RedisError
 
 from ..backends import async_backend_of, backend_of
 from ..backends.drivers import arun, run
-from ..core.many import TakenInOrder, take_in_order
+from ..core.group import TakenInOrder, take_in_order
 from ..exceptions import LockBackendError
 from .claims import Pending
 from .lock import Lock
@@ -22,7 +22,7 @@ __all__ = ["AsyncMembers", "ClaimOne", "Group", "Members", "TakeFree", "Undo"]
 
 @dataclass(eq=False)
 class TakeFree:
-    """Take the free locks in one script, where one script can (``core/many.py``)."""
+    """Take the free locks in one script, where one script can (``core/group.py``)."""
 
     wait: float
     taken: list[Lock]  # appended to as they are held

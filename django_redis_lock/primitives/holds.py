@@ -23,7 +23,7 @@ from ..core.durations import clock_allowance
 from ..core.lease import JOB_SEPARATOR, OwnerRecord, holder_token
 
 if TYPE_CHECKING:
-    from .renewal import RenewedLease
+    from ..core.renewal import RenewedLease
 
 __all__ = [
     "HOST",
@@ -57,7 +57,7 @@ _random_lock = threading.Lock()
 
 
 def _process_id() -> str:
-    """This process's id, which its tokens start with (``core/processes.py``): 48 random bits,
+    """This process's id, which its tokens start with (``core/dead_holders.py``): 48 random bits,
     8 URL-safe characters, never a leading ``-`` (a command line would take a token for an
     option: ``redis_locks release-permit NAME -x...``)."""
     made = base64.urlsafe_b64encode(secrets.token_bytes(6)).decode()
@@ -65,7 +65,7 @@ def _process_id() -> str:
 
 
 #: This process's id (new in a forked child), the first PROCESS_ID_LENGTH characters of its
-#: tokens: a waiter finds this process's record by it (``processes.py``).
+#: tokens: a waiter finds this process's record by it (``background/process_records.py``).
 process_id = _process_id()
 
 
@@ -188,7 +188,7 @@ class Hold:
     # ms), for a retry: a retry without it would hand the lock to a waiter for the result.
     releasing_with: tuple[Any, ...] = ()
     # Kept alive (renewed, or a short handed lease to lengthen), and its lease deferred to the
-    # watchdog's next look (``renewal`` None until then): see hold_renewal.start.
+    # watchdog's next look (``renewal`` None until then): see background/renewal.start.
     young: bool = False
 
     def ends_at(self) -> float:

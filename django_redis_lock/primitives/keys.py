@@ -11,7 +11,7 @@ A semaphore's keys are the same tag's, after ``:s`` (``core/permits.py``).
 Only the lease exists while a lock is held uncontended; the queue keys exist while someone waits,
 and nothing is left once the lock is free.
     <ns>{!replay-budget}:<ms>  bytes of those results kept per client, per window (replays.py)
-    <ns>{!process}:<id>        a process's record: where it runs, for dead holders (processes.py)
+    <ns>{!process}:<id>        a process's record: where it runs, for dead holders
 
 where ``<ns>`` is ``<cache KEY_PREFIX>:<DJANGO_REDIS_LOCK_KEY_PREFIX>:`` (no cache prefix: just
 ``<DJANGO_REDIS_LOCK_KEY_PREFIX>:``).
@@ -122,7 +122,7 @@ def permit_keys(name: str, alias: str | tuple[str, ...]) -> PermitKeys:
 
 
 def process_key(alias: str | tuple[str, ...], process_id: str) -> str:
-    """The record of the process ``process_id`` (``core/processes.py``)."""
+    """The record of the process ``process_id`` (``core/dead_holders.py``)."""
     return f"{namespace(alias)}{{!process}}:{process_id}"
 
 

@@ -20,8 +20,8 @@ from ..backends.inflight import carry
 from ..core import durations, flows
 from ..exceptions import LockBackendError, LockNotOwned
 from ..validators import checked_quorum
-from . import eviction_advice, processes
-from . import quick as quick_path
+from . import eviction, uncontended
+from .background import process_records
 from .bookkeeping import Bookkeeping, Layout
 from .claims import Claim, Pending
 from .holds import current_owner
@@ -135,11 +135,11 @@ class Leased:
         finished (the task guards leave it)."""
         book = self._book
         resolved = book.resolve()
-        if resolved.on_holder is not None and processes.recorded.due(resolved.alias):
+        if resolved.on_holder is not None and process_records.recorded.due(resolved.alias):
             self._write_record(resolved.alias)
-        if eviction_advice.advised.due(resolved.alias):  # this process's first lock there
-            eviction_advice.advise(resolved.alias)  # before it: nothing held meanwhile
-        quick = None if want_result else quick_path.take(book, wait)
+        if eviction.advised.due(resolved.alias):  # this process's first lock there
+            eviction.advise(resolved.alias)  # before it: nothing held meanwhile
+        quick = None if want_result else uncontended.take(book, wait)
         if quick is not None:  # the lock may be free: one bare SET, flat
             try:
                 reply = backend_of(quick.alias).send_request(
@@ -147,7 +147,7 @@ class Leased:
                 )
             except RedisError as exc:
                 raise book.backend_error("acquire", exc, quick.started) from exc
-            pending: Pending | Claim = quick_path.settled(book, quick, reply)
+            pending: Pending | Claim = uncontended.settled(book, quick, reply)
         else:
             if book.release_failed:
                 self._settle()
@@ -162,14 +162,14 @@ class Leased:
 
     @staticmethod
     def _write_record(alias: LockAlias) -> None:
-        """This process's record (``processes.py``), due before this acquisition: its first on
-        ``alias``, or minutes later (a watch for dead holders reads it)."""
+        """This process's record, due before this acquisition: its first on ``alias``, or
+        minutes later (a watch for dead holders reads it)."""
         reply: Any
         try:
-            reply = backend_of(alias).send_request(*processes.record_args(alias))
+            reply = backend_of(alias).send_request(*process_records.record_args(alias))
         except RedisError as exc:
             reply = exc
-        processes.recorded.done(alias, reply)
+        process_records.recorded.done(alias, reply)
 
     def release(self, *, result: bytes | None = None, result_ttl: float = 0) -> None:
         """Release our acquisition (one level of it, for re-entrant locks).
@@ -255,11 +255,11 @@ class Leased:
         """``claim()`` for asyncio."""
         book = self._book
         resolved = book.resolve()
-        if resolved.on_holder is not None and processes.recorded.due(resolved.alias):
+        if resolved.on_holder is not None and process_records.recorded.due(resolved.alias):
             await self._awrite_record(resolved.alias)
-        if eviction_advice.advised.due(resolved.alias):
-            eviction_advice.aadvise(resolved.alias)  # in a worker thread, not waited for
-        quick = None if want_result else quick_path.take(book, wait)
+        if eviction.advised.due(resolved.alias):
+            eviction.aadvise(resolved.alias)  # in a worker thread, not waited for
+        quick = None if want_result else uncontended.take(book, wait)
         if quick is not None:
             try:
                 reply = await async_backend_of(quick.alias).send_request(
@@ -267,7 +267,7 @@ class Leased:
                 )
             except RedisError as exc:
                 raise book.backend_error("acquire", exc, quick.started) from exc
-            pending: Pending | Claim = quick_path.settled(book, quick, reply)
+            pending: Pending | Claim = uncontended.settled(book, quick, reply)
         else:
             if book.release_failed:
                 await self._asettle()
@@ -292,10 +292,10 @@ class Leased:
     async def _awrite_record(alias: LockAlias) -> None:
         reply: Any
         try:
-            reply = await async_backend_of(alias).send_request(*processes.record_args(alias))
+            reply = await async_backend_of(alias).send_request(*process_records.record_args(alias))
         except RedisError as exc:
             reply = exc
-        processes.recorded.done(alias, reply)
+        process_records.recorded.done(alias, reply)
 
     async def arelease(self, *, result: bytes | None = None, result_ttl: float = 0) -> None:
         """``release()`` for asyncio."""

@@ -1,8 +1,8 @@
-"""The watch for dead holders (``primitives/deaths.py``) in the simulation: after a client
-crashes, a process of its machine that saw it hold a lock may end that lease, with the dead
-client's token (``flows.release``: the lease goes to the first live waiter, or is deleted;
-only if it is still that token's). It comes at any later moment the schedule picks: after the
-lease ran out and another took the lock, too, when the release must change nothing."""
+"""The watch for dead holders in the simulation: after a client crashes, a process of its
+machine that saw it hold a lock may end that lease, with the dead client's token
+(``flows.release``: the lease goes to the first live waiter, or is deleted; only if it is still
+that token's). It comes at any later moment the schedule picks: after the lease ran out and
+another took the lock, too, when the release must change nothing."""
 
 from __future__ import annotations
 
@@ -48,7 +48,9 @@ def watch(ledger: Ledger, dead: Client) -> Any:
             ledger.taken_over(name, token)
             try:
                 code = yield from flows.release(keys_of(facts), token, "", cleanup=True)
-            except Exception as error:  # (deaths.py logs it; it may have run all the same)
+            except (
+                Exception
+            ) as error:  # (background/dead_holders.py logs it; it may have run all the same)
                 client.notes.append(f"takeover failed: {error!r}")
                 continue
             if code == -2:

@@ -15,6 +15,7 @@ from typing import Any
 
 from django_redis_lock.core import flows
 from django_redis_lock.core.flows import Acquired, AcquirePlan
+from django_redis_lock.core.group import take_in_order
 from django_redis_lock.core.lease import (
     LockKeys,
     OwnerRecord,
@@ -24,7 +25,6 @@ from django_redis_lock.core.lease import (
     reservation_token,
     takeover_prefixes,
 )
-from django_redis_lock.core.many import take_in_order
 from django_redis_lock.core.permits import PermitKeys
 from django_redis_lock.core.release import give_back, release_telling_first
 from django_redis_lock.core.requests import Command, Request, Sleep

@@ -9,7 +9,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ...core.schedule import RenewedLease
+from ...core.renewal import RenewedLease
 from ..base import one_by_one
 from ..inflight import carried
 from ..scripts import EXTEND

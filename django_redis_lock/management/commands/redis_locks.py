@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 from django_redis_lock.core.durations import readable
 from django_redis_lock.exceptions import LockBackendError
 from django_redis_lock.management import lines
-from django_redis_lock.primitives.access import acl_rule
+from django_redis_lock.primitives.acl import acl_rule
 from django_redis_lock.registry import census
 from django_redis_lock.registry import locks as lock_registry
 

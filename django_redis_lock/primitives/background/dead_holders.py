@@ -1,13 +1,14 @@
 """The watch for dead holders: one daemon thread per process that ends the lease of a holder
-known to be dead (``core/processes.py``), so that the waiters behind it take their turns in
+known to be dead (``core/dead_holders.py``), so that the waiters behind it take their turns in
 milliseconds instead of when its lease runs out.
 
-Each time a waiter of this process finds its lock held (each join), it tells :data:`deaths`
-the holder's lease value (``seen``: a dict lookup when that holder is known already). The thread
-reads the holder's process record once, and when the holder runs in the same place as this
-process (same boot, same PID namespace) it looks the pid up: dead already, its lease is ended at
-once; alive, it keeps a pidfd of it (Linux 5.3+), which the kernel makes readable the moment the
-process exits, and ends its leases then. Without pidfds, each later sighting looks again.
+Each time a waiter of this process finds its lock held (each join), it tells
+:data:`dead_holder_watch` the holder's lease value (``seen``: a dict lookup when that holder is
+known already). The thread reads the holder's process record once, and when the holder runs in
+the same place as this process (same boot, same PID namespace) it looks the pid up: dead
+already, its lease is ended at once; alive, it keeps a pidfd of it (Linux 5.3+), which the
+kernel makes readable the moment the process exits, and ends its leases then. Without pidfds,
+each later sighting looks again.
 
 Ending a lease: each lock the dead process was seen holding is read, and if a token of that
 process holds it (the one seen, or a later one), ``release.lua`` with that token
@@ -30,17 +31,17 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..backends import backend_of
-from ..backends.clients import LockAlias
-from ..backends.drivers import run
-from ..core import flows
-from ..core.layout import KeyLayout
-from ..core.lease import holder_token
-from ..core.processes import ProcessRecord, dead, process_of
-from . import processes
-from .keys import process_key
+from ...backends import backend_of
+from ...backends.clients import LockAlias
+from ...backends.drivers import run
+from ...core import flows
+from ...core.dead_holders import ProcessRecord, dead, process_of
+from ...core.layout import KeyLayout
+from ...core.lease import holder_token
+from ..keys import process_key
+from . import process_records
 
-__all__ = ["deaths"]
+__all__ = ["dead_holder_watch"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -89,7 +90,7 @@ class _Deaths:
         ``keys`` on ``alias``. Cheap, and never blocks: the thread does the looking, and is
         woken only for a holder it has not settled yet (a lock passed between live processes
         costs a dict entry per join)."""
-        if processes.here() is None:
+        if process_records.here() is None:
             return
         token = holder_token(holder)
         owner = process_of(token) if token is not None else None
@@ -103,7 +104,7 @@ class _Deaths:
                 self._wake_read, self._wake_write = os.pipe()
                 os.set_blocking(self._wake_write, False)
                 self._thread = threading.Thread(
-                    target=self._run, name="django-redis-lock-deaths", daemon=True
+                    target=self._run, name="django-redis-lock-dead-holders", daemon=True
                 )
                 self._thread.start()
                 return
@@ -152,14 +153,14 @@ class _Deaths:
             process.record, process.looked_at = self._record(alias, owner), now
         process.seen_at = now
         record = process.record
-        if record is None or record.place != processes.here() or record.pid == os.getpid():
+        if record is None or record.place != process_records.here() or record.pid == os.getpid():
             self._settle(owner)  # (nothing to know of it from here, or it is this very process)
             return
         process.leases[keys.lease] = (alias, keys)
         if process.dead:
             self._died(selector, process)
         elif process.pidfd is None:  # (watched by its pidfd: its exit tells)
-            if dead(record, processes.here(), processes.started(record.pid)):
+            if dead(record, process_records.here(), process_records.started(record.pid)):
                 self._died(selector, process)
             else:
                 self._watch(selector, process, record)
@@ -190,7 +191,7 @@ class _Deaths:
             pidfd = os.pidfd_open(record.pid)
         except (AttributeError, OSError):  # no pidfds here (then each sighting looks again)
             return
-        if processes.started(record.pid) != record.started:  # gone between the two
+        if process_records.started(record.pid) != record.started:  # gone between the two
             os.close(pidfd)
             process.dead = True
             self._died(selector, process)
@@ -240,4 +241,4 @@ class _Deaths:
                 self._unsettle(owner)  # its next sighting wakes us to read its record again
 
 
-deaths = _Deaths()
+dead_holder_watch = _Deaths()

@@ -9,11 +9,11 @@ per process and alias, at its first acquisition there.
 The cost: one ``INFO memory`` to every server of the alias at once (``backends/eviction.py``),
 one round trip, once per process and alias, whatever it finds (an unreachable server is not
 asked again). The sync API sends it just before that first acquisition, as it writes the
-process's record (``processes.py``): before, so that nothing is held meanwhile (a short lease's
-first renewal never waits for a connection behind it). The async API sends it in a daemon
-thread, on the sync client's connections, which neither the acquisition nor ``asyncio.run()``
-waits for: the event loop never blocks. It is advice: nothing it meets (a refusal, a silent
-server, a bad reply) reaches the lock's caller.
+process's record: before, so that nothing is held meanwhile (a short lease's first renewal never
+waits for a connection behind it). The async API sends it in a daemon thread, on the sync
+client's connections, which neither the acquisition nor ``asyncio.run()`` waits for: the event
+loop never blocks. It is advice: nothing it meets (a refusal, a silent server, a bad reply)
+reaches the lock's caller.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def aadvise(alias: LockAlias) -> None:
     answering mid-handshake would hold it there for a socket timeout."""
     if advised.claim(alias):
         threading.Thread(
-            target=_tell, args=(alias,), name="django-redis-lock eviction advice", daemon=True
+            target=_tell, args=(alias,), name="django-redis-lock-eviction-advice", daemon=True
         ).start()
 
 

@@ -1,8 +1,8 @@
 """Renewing many leases at once, each topology its best way: on one server, ``extend_many.lua``
 a thousand leases per call, all calls in one round trip; on a Redis Cluster, one round trip per
-node; in quorum mode, one lease at a time on every server. :func:`renew` is what the watchdog
-(``primitives/renewal.py``) asks of a backend (``ServerBackend.renew``); the topology's part is
-its ``extend_leases``.
+node; in quorum mode, one lease at a time on every server. :func:`renew` is what the renewal
+watchdog asks of a backend (``ServerBackend.renew``); the topology's part is its
+``extend_leases``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from redis.exceptions import NoScriptError, RedisError
 
 from ..conf import lock_settings
 from ..core.release import WaitRefused
-from ..core.schedule import RenewedLease
+from ..core.renewal import RenewedLease
 from .base import SCRIPTS
 from .scripts import EXTEND, EXTEND_MANY, Script
 from .wire import execute, execute_many, node_client

@@ -1,4 +1,4 @@
-"""This process as a waiter elsewhere judges it (``core/processes.py``): where it runs, its
+"""This process as a waiter elsewhere judges it (``core/dead_holders.py``): where it runs, its
 record in Redis, and what ``/proc`` says of another process.
 
 A process writes its record once per Redis (alias) before its first acquisition there, and again
@@ -17,10 +17,10 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..backends.clients import LockAlias
-from ..core.processes import RECORD_AGAIN, RECORD_SECONDS, ProcessRecord
-from . import holds
-from .keys import process_key
+from ...backends.clients import LockAlias
+from ...core.dead_holders import RECORD_AGAIN, RECORD_SECONDS, ProcessRecord
+from .. import holds
+from ..keys import process_key
 
 __all__ = ["here", "record_args", "recorded", "started"]
 

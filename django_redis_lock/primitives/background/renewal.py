@@ -6,12 +6,20 @@ one lease while a long job keeps it (Redisson's watchdog). Leases are renewed in
 one falls due, every lease due within a sixth of its length joins it, so leases renewed together
 stay together (a lease whose renewal failed is retried on its own schedule). A batch is one
 round trip per Redis client (per node of a Redis Cluster): on one server, one script call per
-thousand leases (the backend's ``renew``, ``backends/renewals.py``).
+thousand leases (the backend's ``renew``, ``backends/renewal.py``).
 
 Nothing is lost silently: a renewal that finds the lease gone (expired, deleted, force-released)
 calls the lease's ``on_lost``; so does a renewal that could not reach Redis before the lease
 would have ended. The lock turns that into ``lock.lost``, ``LockLost``, an ERROR log and the
 ``lock_lost`` signal.
+
+How a hold joins the watchdog (:func:`start`, :func:`extended`, :func:`stop`): a hold's lease
+(renewed, or a short one handed over to be lengthened) is made only if the hold outlives the
+watchdog's next look (``defer``): most holds end long before a third of their lease, and then
+keeping them alive cost a dict entry and nothing more. The look (:func:`_grown_up`, on the
+watchdog's thread) and the hold's end (:func:`stop`) each take the deferral back under the
+primitive's lock: exactly one of them gets it, so a hold that ended is never renewed, and one that
+lives on always is.
 """
 
 from __future__ import annotations
@@ -23,13 +31,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..backends import backend_for
-from ..core.durations import readable
-from ..core.schedule import RenewedLease, Schedule
+from ...backends import backend_for, backend_of
+from ...backends.clients import LockAlias
+from ...core.durations import readable
+from ...core.layout import KeyLayout
+from ...core.renewal import RenewedLease, Schedule
+from ..holds import Hold, HoldWatch
 
-__all__ = ["RenewedLease", "renewer"]
+__all__ = ["RenewedLease", "extended", "renewer", "start", "stop"]
 
 logger = logging.getLogger("django_redis_lock")
+
+ReportLost = Callable[[Hold, str], None]
 
 # With no lease to renew, the thread still looks this often for a while (up to _IDLE_LOOKS
 # times), so that a process taking and releasing locks over and over (each released before its
@@ -189,3 +202,91 @@ class _Renewer:
 
 
 renewer = _Renewer()
+
+
+def start(
+    hold: Hold, owner: object, alias: LockAlias, keys: KeyLayout, *, lease: float, renew: bool,
+    sent_at: float, granted: float, title: str, state: threading.Lock, report_lost: ReportLost,
+) -> None:  # fmt: skip
+    """Keep ``hold`` alive if it needs it: renewed (``renew``), or a lease handed over short
+    (``granted`` < ``lease``, by release.lua), lengthened once to the whole lease. Either way
+    the watchdog makes its lease at its next look, if the hold is still held then (``defer``),
+    and no later than a third of what was granted. ``title`` names it in the logs;
+    ``report_lost(hold, reason)`` is told of a loss (a bound method of the primitive's
+    bookkeeping, kept weakly once the lease is made)."""
+    if renew or granted < lease:
+        until = None if renew else sent_at + lease
+        hold.young = True
+        renewer.defer(
+            hold, sent_at + min(granted, lease) / 3, _grown_up, hold, owner, alias, keys,
+            lease, until, sent_at, granted, title, state, report_lost,
+        )  # fmt: skip
+
+
+def extended(hold: Hold, started: float, lease: float, state: threading.Lock) -> None:
+    """``hold``'s lease was made to run ``lease`` seconds from ``started`` (``extend()``): a
+    renewed lease is renewed from there; a lease of fixed length handed over short is no longer
+    lengthened to its whole lease, which would undo the extension. (Under the primitive's lock,
+    as the watchdog's :func:`_grown_up` reads it.)"""
+    with state:
+        hold.lease, hold.lease_ends_at = lease, started + lease
+        renewal = hold.renewal
+        if renewal is not None and renewal.until is not None:
+            renewer.remove(renewal)
+            hold.renewal = None
+        elif renewal is not None:
+            renewal.confirmed(started, lease)
+
+
+def stop(hold: Hold, state: threading.Lock) -> None:
+    """``hold`` is no longer to be renewed (released, lost, let go)."""
+    if hold.young:
+        with state:
+            renewer.take_back(hold)
+            hold.young = False
+    if hold.renewal is not None:
+        renewer.remove(hold.renewal)
+
+
+def _grown_up(
+    hold: Hold, owner: object, alias: LockAlias, keys: KeyLayout, lease: float,
+    until: float | None, sent_at: float, granted: float, title: str, state: threading.Lock,
+    report_lost: ReportLost,
+) -> None:  # fmt: skip
+    """On the watchdog's thread: a deferred hold outlived its look: its lease made from now on
+    (renewed, or lengthened once ``until``), unless it ended meanwhile."""
+    with state:
+        if not renewer.take_back(hold):
+            return  # (taken back by stop(): it ended)
+        if hold.count > 0 and hold.releasing_since is None and hold.lost_reason is None:
+            was_extended = hold.lease_ends_at != sent_at + granted  # (by extended())
+            if was_extended and until is not None:
+                return  # a lease of fixed length, lengthened by the extension: as it asked
+            renewal = _lease(hold, owner, alias, keys, lease, until, title, report_lost)
+            if was_extended:
+                renewal.confirmed(hold.lease_ends_at - hold.lease, hold.lease)
+            else:
+                renewal.confirmed(sent_at, granted)
+            hold.renewal = renewal
+            renewer.add(renewal)
+
+
+def _lease(
+    hold: Hold, owner: object, alias: LockAlias, keys: KeyLayout, lease: float,
+    until: float | None, title: str, report_lost: ReportLost,
+) -> RenewedLease:  # fmt: skip
+    """The watchdog's lease of ``hold``: it keeps the hold weakly, so that a lease nobody can
+    release any more is not renewed for ever (``until``: see ``RenewedLease``)."""
+    watch = HoldWatch(hold, owner, report_lost)
+    return RenewedLease(
+        client=backend_of(alias).client,
+        key=keys.lease,
+        token=hold.token,
+        lease=lease,
+        on_lost=watch.lost,
+        name=title,
+        abandoned=watch.abandoned,
+        until=until,
+        script=keys.EXTEND,
+        keys=keys.extend_keys(),
+    )

@@ -2,7 +2,7 @@
 renewal was under way, and what a renewal's result means for each lease.
 
 No I/O and no clock of its own: every decision is given ``now`` (monotonic seconds), so tests
-drive it with plain numbers; ``primitives/renewal.py`` runs it on a thread, with
+drive it with plain numbers; ``primitives/background/renewal.py`` runs it on a thread, with
 ``time.monotonic``, and does the talking to Redis.
 
 The rules: a lease is renewed at about a third of its length. When one falls due, every lease
