@@ -66,17 +66,17 @@ def test_an_unheld_lock_pickles_with_its_quorum_members():
 def test_a_forked_child_never_draws_its_parents_tokens():
     """Tokens come from a buffer of random bytes: a child must not inherit it, or its next
     token would be its parent's next one (two holders with one token)."""
-    from django_redis_lock.primitives import holds
+    from django_redis_lock.primitives import owners
 
-    holds.new_token()  # the parent has random bytes in store now
+    owners.new_token()  # the parent has random bytes in store now
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
-        os.write(write, holds.new_token().encode())
+        os.write(write, owners.new_token().encode())
         os._exit(0)
     os.waitpid(pid, 0)
     child_token = os.read(read, 64).decode()
     os.close(read)
     os.close(write)
     assert len(child_token) == 16
-    assert child_token != holds.new_token()
+    assert child_token != owners.new_token()

@@ -18,7 +18,7 @@ import pytest
 from django_redis_lock import Lock
 from django_redis_lock.core.dead_holders import ProcessRecord, dead, process_of
 from django_redis_lock.core.lease import reservation_token
-from django_redis_lock.primitives import holds
+from django_redis_lock.primitives import owners
 from django_redis_lock.primitives.background import process_records
 from django_redis_lock.primitives.background.dead_holders import dead_holder_watch
 from django_redis_lock.primitives.keys import lock_keys, process_key
@@ -35,10 +35,10 @@ needs_proc = pytest.mark.skipif(HERE is None, reason="no /proc to look processes
 
 
 def test_a_token_starts_with_its_process_id_and_a_reservation_has_none():
-    token = holds.new_token()
+    token = owners.new_token()
     assert len(token) == 16
-    assert process_of(token) == holds.process_id
-    assert process_of(holds.job_token("job-1")) == holds.process_id
+    assert process_of(token) == owners.process_id
+    assert process_of(owners.job_token("job-1")) == owners.process_id
     assert process_of(reservation_token("job-1")) is None
     assert process_of("an-older-versions-token-of-22") is None
 

@@ -27,8 +27,8 @@ from django_redis_lock.core import flows
 from django_redis_lock.core.lease import OwnerRecord
 from django_redis_lock.core.permits import PermitKeys
 from django_redis_lock.core.requests import Block, Eval, Pipeline
-from django_redis_lock.primitives.holds import Strays
 from django_redis_lock.primitives.keys import lock_keys
+from django_redis_lock.primitives.strays import Strays
 from tests import workers
 from tests.helpers import wait_until
 

@@ -74,9 +74,9 @@ def test_any_name_locks_and_unlocks(redis_client, name):
 def test_owner_tokens_never_start_with_a_dash():
     """A token is typed on command lines (``redis_locks release-permit NAME TOKEN``), where a
     leading ``-`` reads as an option: 1 token in 64 would be refused."""
-    from django_redis_lock.primitives import holds
+    from django_redis_lock.primitives import owners
 
-    tokens = [holds.new_token() for _ in range(5000)]
+    tokens = [owners.new_token() for _ in range(5000)]
     assert not [token for token in tokens if token.startswith("-")]
     assert all(len(token) == 16 for token in tokens)
     assert len(set(tokens)) == len(tokens)

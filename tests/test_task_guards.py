@@ -186,8 +186,8 @@ def test_a_supervisor_frees_only_what_the_call_it_saw_end_had(redis_client):
     reservation only, and a lost process only a hold of a dead process of this machine."""
     from django_redis_lock import Lock
     from django_redis_lock.core.lease import OwnerRecord, encode_lease
-    from django_redis_lock.primitives.holds import HOST
     from django_redis_lock.primitives.keys import lock_keys
+    from django_redis_lock.primitives.owners import HOST
     from django_redis_lock.task_guards import GuardNames, release_after, reservations
 
     guard = TaskGuard("t", lambda: None, label="")

@@ -33,7 +33,7 @@ __all__ = [
     "process_of",
 ]
 
-# A token (``holds.new_token``): the process's id, then the acquisition's own random part.
+# A token (``owners.new_token``): the process's id, then the acquisition's own random part.
 PROCESS_ID_LENGTH = 8
 TOKEN_LENGTH = 16
 # How long a process's record lives in Redis. A process writes it again at its first acquisition

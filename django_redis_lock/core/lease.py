@@ -1,6 +1,6 @@
 """A lease as Redis stores it: one string, ``token|since_ms|fence|owner record``.
 
-A token is random (``holds.new_token``), or a job's: ``<job id>~<random>`` for a hold of a run
+A token is random (``owners.new_token``), or a job's: ``<job id>~<random>`` for a hold of a run
 of the job, ``<job id>~queued`` for the job's reservation while it waits in a queue.
 
 One string rather than a hash: a free lock is taken with a bare ``SET key value NX PX ms``, and a
@@ -79,7 +79,7 @@ def reservation_token(job_id: str) -> str:
 
 
 def job_of(token: str) -> str | None:
-    """The job id a token was made for (``holds.job_token``, :func:`reservation_token`), or
+    """The job id a token was made for (``owners.job_token``, :func:`reservation_token`), or
     None."""
     job_id, separator, _ = token.partition(JOB_SEPARATOR)
     return job_id if separator else None

@@ -29,7 +29,7 @@ class AcquirePlan:
     # fair=False: the queue keeps when we first queued (a release serves us ahead of barging
     # once we waited STARVATION_BOUND_MS), and a free lock may be taken ahead of us.
     unfair: bool = False
-    # The token is a job's (holds.job_token): a result answers only when it names the job.
+    # The token is a job's (owners.job_token): a result answers only when it names the job.
     job: bool = False
     # Lease values (prefixes) taken over as if the lock were free: the job's reservation.
     takeover: tuple[str, ...] = ()

@@ -23,10 +23,14 @@ from ..core import durations, flows, uncontended
 from ..core.labels import group_of
 from ..core.layout import KeyLayout
 from ..exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
-from . import errors, holds, reports
+from . import errors, owners, reports
 from .background import renewal
-from .claims import Claim, Pending, Resolved, Step, resolve
-from .holds import Hold, current_owner, own_tokens, reentrant_holds
+from .claims import Claim, Pending, Step
+from .holds import Hold
+from .options import Options, resolve_options
+from .own_tokens import own_tokens
+from .owners import current_owner
+from .reentrancy import reentrant_holds
 
 __all__ = ["Bookkeeping", "Layout"]
 
@@ -74,7 +78,7 @@ class Bookkeeping:
         self.fair = fair
         self._layout = layout
         self._derived_group: str | None = None
-        self._resolved: Resolved | None = None
+        self._resolved: Options | None = None
         self._holds: weakref.WeakKeyDictionary[object, Hold] = weakref.WeakKeyDictionary()
         self._state = threading.Lock()
         # Set for good once a release through this object did not complete: from then on an
@@ -112,12 +116,12 @@ class Bookkeeping:
         # or renew its lease, nor re-enter it. A re-entrant hold another Lock object released
         # for good has no levels left.
         hold = self._holds.get(owner)
-        return hold if hold is not None and hold.pid == holds.pid and hold.count > 0 else None
+        return hold if hold is not None and hold.pid == owners.pid and hold.count > 0 else None
 
     def inherited(self, owner: object) -> bool:
         """Whether ``owner``'s hold is one a forked child inherited from its parent."""
         hold = self._holds.get(owner)
-        return hold is not None and hold.pid != holds.pid
+        return hold is not None and hold.pid != owners.pid
 
     def held_or_raise(self, owner: object | None = None) -> Hold:
         owner = current_owner() if owner is None else owner
@@ -131,10 +135,10 @@ class Bookkeeping:
             )
         return hold
 
-    def resolve(self) -> Resolved:
+    def options(self) -> Options:
         # Settings are read once, when the Lock is first used (then they are fixed for it).
         if self._resolved is None:
-            self._resolved = resolve(
+            self._resolved = resolve_options(
                 self.name, using=self.using, timeout=self.timeout,
                 auto_renew=self.auto_renew, wait=self.wait, label=self.label,
                 guard=self.guard, layout=self._keys, group=self.given_group,
@@ -147,7 +151,7 @@ class Bookkeeping:
         return self._layout(self.name, alias, quorum)
 
     def alias_and_keys(self) -> tuple[LockAlias, KeyLayout]:
-        resolved = self.resolve()
+        resolved = self.options()
         return resolved.alias, resolved.keys
 
     def backend_error(
@@ -165,7 +169,7 @@ class Bookkeeping:
         owner = current_owner()
         if wait is not None:
             wait = durations.seconds(wait, "wait", wait=True, allow_inf=True)
-        resolved = self.resolve()
+        resolved = self.options()
         hold = self.hold_of(owner)
         if hold is not None and not self.reentrant:
             raise LockError(
@@ -175,7 +179,7 @@ class Bookkeeping:
             )
         if self.reentrant:
             hold = hold or reentrant_holds.get(owner, resolved.keys.lease)
-            if hold is not None and hold.pid == holds.pid and hold.count > 0:
+            if hold is not None and hold.pid == owners.pid and hold.count > 0:
                 return self._reentered(owner, hold)
         started = time.monotonic()
         return resolved.acquisition(
@@ -254,7 +258,7 @@ class Bookkeeping:
         now = time.monotonic()
         granted = outcome.lease_ms / 1000
         fence = outcome.fence if self.fencing else None
-        hold = Hold(token, fence, now, lease, outcome.sent_at + granted, holds.pid)
+        hold = Hold(token, fence, now, lease, outcome.sent_at + granted, owners.pid)
         hold.next_token = outcome.next_token
         renewal.start(
             hold, owner, alias, keys, lease=lease, renew=renew, sent_at=outcome.sent_at,
@@ -345,7 +349,7 @@ class Bookkeeping:
         owner = current_owner()
         hold = self.held_or_raise(owner)
         if seconds is None:
-            lease = self.resolve().lease
+            lease = self.options().lease
         else:
             lease = durations.seconds(seconds, "extend(seconds)")
         alias, keys = self.alias_and_keys()
@@ -364,7 +368,7 @@ class Bookkeeping:
         """``owner`` no longer holds ``hold`` here, while its lease lives on (``detach``)."""
         with self._state:
             hold.count = 0
-        self._forget(owner, self.resolve().keys, hold)
+        self._forget(owner, self.options().keys, hold)
         logger.debug("Detached from lock %r: its lease runs on", self.name)
 
     def _forget(self, owner: object, keys: KeyLayout, hold: Hold) -> None:

@@ -24,7 +24,7 @@ from . import eviction, uncontended
 from .background import process_records
 from .bookkeeping import Bookkeeping, Layout
 from .claims import Claim, Pending
-from .holds import current_owner
+from .owners import current_owner
 
 __all__ = ["Leased"]
 
@@ -134,7 +134,7 @@ class Leased:
         (``job_id``), only a result that is the job's id counts: a run of the same job that
         finished (the task guards leave it)."""
         book = self._book
-        resolved = book.resolve()
+        resolved = book.options()
         if resolved.on_holder is not None and process_records.recorded.due(resolved.alias):
             self._write_record(resolved.alias)
         if eviction.advised.due(resolved.alias):  # this process's first lock there
@@ -254,7 +254,7 @@ class Leased:
     async def aclaim(self, wait: float | None = None, *, want_result: bool = False) -> Claim:
         """``claim()`` for asyncio."""
         book = self._book
-        resolved = book.resolve()
+        resolved = book.options()
         if resolved.on_holder is not None and process_records.recorded.due(resolved.alias):
             await self._awrite_record(resolved.alias)
         if eviction.advised.due(resolved.alias):

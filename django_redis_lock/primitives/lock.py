@@ -31,9 +31,9 @@ from ..core.lease import held_by, job_id_checked
 from ..core.requests import Command
 from ..hints import check_names, keyword_names
 from .claims import Claim
-from .holds import current_owner
 from .keys import LockKeys, lock_keys
 from .leased import Leased
+from .owners import current_owner
 
 __all__ = ["LOCK_OPTIONS", "Claim", "Lock"]
 

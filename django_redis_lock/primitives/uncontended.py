@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends.base import give_back_command
 from ..core import durations, flows, uncontended
-from . import holds
+from . import owners
 from .claims import Claim, Pending, QuickTake
-from .holds import current_owner, strays
+from .owners import current_owner
+from .strays import strays
 
 if TYPE_CHECKING:
     from .bookkeeping import Bookkeeping
@@ -26,10 +27,10 @@ TAKEN = Claim(True)
 
 def take(book: Bookkeeping, wait: float | None) -> QuickTake | None:
     """An acquisition through ``book`` prepared for the flat path, or None when the flows
-    must take it from the start: not a plain lock (``Resolved.flat``); a release of this object
+    must take it from the start: not a plain lock (``Options.flat``); a release of this object
     to finish; held by this owner already (the flows say why not); seen contended lately (it
     joins the queue at once); a wait of this process to step out of the lock's line first."""
-    resolved = book.resolve()
+    resolved = book.options()
     if not resolved.flat or book.release_failed:
         return None
     owner = current_owner()
@@ -44,7 +45,7 @@ def take(book: Bookkeeping, wait: float | None) -> QuickTake | None:
     if wait is not None:
         wait = durations.seconds(wait, "wait", wait=True, allow_inf=True)
     max_wait = resolved.wait if wait is None else wait
-    token = holds.new_token()
+    token = owners.new_token()
     record = resolved.records.encoded(owner, resolved.lease)
     return QuickTake(
         owner, resolved.alias, token, started, max_wait, resolved.lease_ms,
@@ -58,7 +59,7 @@ def settled(book: Bookkeeping, quick: QuickTake, reply: Any) -> Claim | Pending:
     reported: :data:`TAKEN`), or, when it was held or the grant came too late to be of use, the
     flows' path from the queue on (join.lua takes a free lock too, and finds a lease granted
     too late ours), with the try's token and start, so that its wait counts from the try."""
-    resolved = book.resolve()
+    resolved = book.options()
     if reply is not None and not uncontended.learnt_late(
         quick.started, quick.lease_ms, time.monotonic()
     ):

@@ -10,7 +10,7 @@ from redis.exceptions import RedisError
 
 from .. import registry
 from ..exceptions import LockBackendError
-from ..primitives import holds
+from ..primitives import owners
 from . import reservations
 from .duplicates import Duplicate
 from .policy import GuardNames, TaskGuard
@@ -71,6 +71,6 @@ def _release(guard: TaskGuard, name: str, job_id: str, why: str, ran: str) -> bo
     info = registry.get_lock(name, using=guard.using)
     if info is None or info.job_id != job_id:
         return False
-    if not info.queued and (info.host != holds.HOST or holds.process_alive(info.pid)):
+    if not info.queued and (info.host != owners.HOST or owners.process_alive(info.pid)):
         return False  # another run of the job, elsewhere or alive
     return registry.force_release(name, info.token, using=guard.using, by=why)

@@ -35,9 +35,9 @@ from ..conf import lock_settings
 from ..core import durations, flows
 from ..core.lease import JOB_SEPARATOR, PENDING_JOB, job_id_checked, reservation_token
 from ..exceptions import LockBackendError
-from ..primitives import errors, holds
-from ..primitives.holds import current_owner
+from ..primitives import errors, owners
 from ..primitives.keys import lock_keys, readable_tag
+from ..primitives.owners import current_owner
 from ..registry.records import LockInfo, lock_info
 
 __all__ = [
@@ -66,7 +66,7 @@ class Reservation:
 def pending_job_id() -> str:
     """A job id to reserve under before the job's own id is known: :func:`rename` gives the
     reservation the job's id once it is; a run that starts before takes it over."""
-    return f"{PENDING_JOB}{holds.new_token().replace('-', '_')}"
+    return f"{PENDING_JOB}{owners.new_token().replace('-', '_')}"
 
 
 def reserve(
@@ -157,7 +157,7 @@ def _plan(
 ) -> flows.AcquirePlan:  # fmt: skip
     """The acquisition of a reservation: never waits, never queues."""
     lease = durations.seconds(ttl, "ttl")
-    record = holds.owner_record(
+    record = owners.owner_record(
         current_owner(), lease, label=label, guard=guard, group=group,
         name=None if readable_tag(name) else name,
     ).encode()  # fmt: skip

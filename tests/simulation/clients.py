@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_redis_lock.core.requests import Block, Request, Sleep
-from django_redis_lock.primitives.holds import Strays
+from django_redis_lock.primitives.strays import Strays
 
 __all__ = ["NOTHING", "Client", "wake_time"]
 

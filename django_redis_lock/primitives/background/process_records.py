@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 
 from ...backends.clients import LockAlias
 from ...core.dead_holders import RECORD_AGAIN, RECORD_SECONDS, ProcessRecord
-from .. import holds
+from .. import owners
 from ..keys import process_key
 
 __all__ = ["here", "record_args", "recorded", "started"]
@@ -101,9 +101,9 @@ recorded = _Recorded()
 def record_args(alias: LockAlias) -> tuple[Any, ...]:
     """The command that writes this process's record for ``alias``."""
     assert _here is not None
-    record = ProcessRecord(_here, holds.pid, started(holds.pid) or "0")
-    return ("SET", process_key(alias, holds.process_id), record.encode(), "EX", RECORD_SECONDS)
+    record = ProcessRecord(_here, owners.pid, started(owners.pid) or "0")
+    return ("SET", process_key(alias, owners.process_id), record.encode(), "EX", RECORD_SECONDS)
 
 
-# A forked child is another process: its own id (holds.py) and its own record.
+# A forked child is another process: its own id (``owners.py``) and its own record.
 os.register_at_fork(after_in_child=recorded.clear)
