@@ -33,7 +33,6 @@ from .primitives.acl import acl_rule
 from .primitives.group import LockGroup, lock_many
 from .primitives.lock import Claim, Lock
 from .primitives.semaphore import Semaphore
-from .registry import semaphores as semaphore_registry  # noqa: F401  (a kept import path)
 from .signals import (
     lock_acquired,
     lock_contended,

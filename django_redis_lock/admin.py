@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 
 from . import admin_display as display
 from .conf import lock_settings
+from .core.durations import readable_elapsed
 from .exceptions import LockBackendError
 from .models import HeldLock
 from .primitives.keys import lock_keys
@@ -137,7 +138,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         # Sorted (by name unless asked): SCAN returns keys in no order, which may differ
         # between reloads.
         rows = [
-            (info, display.age(info), display.lease_reference(info.token, info.name),
+            (info, readable_elapsed(info.held_for), display.lease_reference(info.token, info.name),
              display.breakable(info.name))
             for info in sorted(items, key=display.LIST_ORDERS[order])
         ]  # fmt: skip
@@ -187,7 +188,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             show_tasks=show_tasks,
             show_fences=show_fences,
             semaphores=[
-                (info, display.age(info.holders[0]), display.breakable(info.name))
+                (info, readable_elapsed(info.holders[0].held_for), display.breakable(info.name))
                 for info in semaphores
             ],
             semaphores_cut=len(semaphores) == lock_settings.ADMIN_PAGE_SIZE,
@@ -227,7 +228,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         keys = lock_keys(info.name, lock_settings.CACHE_ALIAS) if info is not None else None
         reference = display.lease_reference(info.token, info.name) if info else None
         context = self._context(
-            request, name or "Lock", info=info, name=name, age=display.age(info) if info else None,
+            request, name or "Lock", info=info, name=name,
+            age=readable_elapsed(info.held_for) if info else None,
             error=error, waiting=waiting, keys=keys, reference=reference,
         )  # fmt: skip
         return TemplateResponse(request, _TEMPLATES + "detail.html", context)
@@ -243,7 +245,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             except (RedisError, LockBackendError) as exc:
                 error = f"Redis could not be reached: {exc}"
         holders = [
-            (holder, display.age(holder), display.lease_reference(holder.token, info.name))
+            (holder, readable_elapsed(holder.held_for),
+             display.lease_reference(holder.token, info.name))
             for holder in info.holders
         ] if info else []  # fmt: skip
         context = self._context(

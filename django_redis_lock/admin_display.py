@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
 
@@ -16,15 +15,13 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
-from .core.durations import readable
+from .core.durations import readable, readable_elapsed
 from .registry.census import Entry
 from .registry.records import LockInfo
 
 __all__ = [
     "LIST_ORDERS",
-    "age",
     "breakable",
-    "duration",
     "entry_rows",
     "lease_from_reference",
     "lease_reference",
@@ -53,25 +50,11 @@ def query_string(**params: Any) -> str:
     return "?" + urlencode({key: value for key, value in params.items() if value})
 
 
-def duration(value: float | None) -> str:
-    """A time something has been held, in whole seconds, as ``1h 2m 7s`` ("?": unknown)."""
-    if value is None:
-        return "?"
-    return readable(max(0, int(value)))
-
-
-def age(info: LockInfo) -> str:
-    """Since ``info``'s holder took it."""
-    if info.acquired_at is None:
-        return "?"
-    return duration((datetime.now(timezone.utc) - info.acquired_at).total_seconds())
-
-
 def entry_rows(entries: list[Entry]) -> list[tuple[Entry, str, str, SafeString]]:
     """Each entry with how long it has been held, how long its lease has left, as text, and
     its name as the page shows it (:func:`breakable`)."""
     return [
-        (entry, duration(entry.held_for),
+        (entry, readable_elapsed(entry.held_for),
          "never" if entry.ends_in == math.inf else readable(entry.ends_in), breakable(entry.name))
         for entry in entries
     ]  # fmt: skip

@@ -18,12 +18,6 @@ KEPT = [
     ("views", "duplicate_submission", "guards.answers"),
     ("conf", "lock_settings", "conf"),
     ("conf", "SETTINGS", "conf"),
-    ("connection", "UnsupportedCache", "backends.clients"),
-    ("connection", "get_redis_client", "backends.clients"),
-    ("connection", "get_async_redis_client", "backends.clients"),
-    ("connection", "aclose_async_redis_clients", "backends.clients"),
-    ("quorum", "QuorumUnavailable", "backends.quorum.client"),
-    ("quorum", "QuorumClient", "backends.quorum.client"),
     ("tasks", "guarded", "tasks"),
     ("tasks", "GuardedBackend", "tasks"),
     ("celery", "GuardedTask", "celery"),
@@ -49,11 +43,13 @@ def test_a_kept_path_gives_the_object_of_its_new_home(path, name, home):
     )
 
 
-def test_the_semaphore_registry_docs_gave_is_still_there():
-    from django_redis_lock import registry, semaphore_registry
-
-    for name in ("iter_semaphores", "get_semaphore", "force_release_permit"):
-        assert getattr(semaphore_registry, name) is getattr(registry, name)
+@pytest.mark.parametrize("path", ["connection", "quorum"])
+def test_the_shims_of_before_the_first_release_are_gone(path):
+    """Nothing was released with them: one import path per module, not two (their objects are
+    public from ``django_redis_lock`` itself)."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"django_redis_lock.{path}")
+    assert not hasattr(django_redis_lock, "semaphore_registry")
 
 
 def test_a_migration_names_the_model_mixin_by_its_kept_path():

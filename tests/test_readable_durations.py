@@ -8,6 +8,7 @@ import logging
 import math
 import re
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from django.core.management import call_command
@@ -15,13 +16,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from django_redis_lock import DuplicateTask, Lock, LockNotAcquired
-from django_redis_lock.admin_display import duration, entry_rows
+from django_redis_lock.admin_display import entry_rows
 from django_redis_lock.backends.wire import no_reply
-from django_redis_lock.core.durations import MAX_SECONDS, readable
+from django_redis_lock.core.durations import MAX_SECONDS, readable, readable_elapsed
 from django_redis_lock.core.release import Unconfirmed
 from django_redis_lock.management import lines
 from django_redis_lock.primitives.errors import backend_error
 from django_redis_lock.registry.census import Census, Entry
+from django_redis_lock.registry.records import LockInfo
 
 DAY = 24 * 3600
 
@@ -152,8 +154,9 @@ def test_redis_errors_say_the_time_allowed_as_people_read_it():
 
 
 def test_the_admin_and_the_commands_show_durations_as_people_read_them():
-    assert duration(3725.9) == "1h 2m 5s"  # the admin's ages: whole seconds
-    assert duration(None) == "?"
+    assert readable_elapsed(3725.9) == "1h 2m 6s"  # ages: whole seconds, rounded
+    assert readable_elapsed(-0.2) == "0s"  # (a taker's clock a little ahead)
+    assert readable_elapsed(None) == "?"
     entry = Entry(kind="lock", name="report", group="report", holders=1, waiting=0,
                   held_for=90.0, ends_in=3600.0)  # fmt: skip
     assert entry_rows([entry]) == [(entry, "1m 30s", "1h", "report")]
@@ -168,3 +171,12 @@ def test_redis_locks_list_shows_the_ttl_as_people_read_it():
     [row] = [line for line in out.getvalue().splitlines() if line.startswith("readable:list")]
     # Read a moment after it was taken: the whole hour, or just under it on a slow machine.
     assert re.search(r"  (1h|59m 5\ds)( |$)", row), row  # its TTL column
+
+
+def test_a_lock_s_age_is_one_figure_for_the_admin_and_redis_locks():
+    """The record says how long it has been held (``LockInfo.held_for``); the admin's Locks
+    page and ``redis_locks list`` print that one figure, rounded alike."""
+    acquired = datetime.now(timezone.utc) - timedelta(seconds=89.6)
+    info = LockInfo(key="k", name="report", token="t", ttl=30.0, acquired_at=acquired)
+    assert 89.6 <= info.held_for < 89.6 + 60  # (read now: a slow machine adds to it)
+    assert LockInfo(key="k", name="report", token="t", ttl=30.0).held_for is None

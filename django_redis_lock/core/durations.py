@@ -110,6 +110,14 @@ def readable(value: float) -> str:
     return " ".join(f"{count}{unit}" for count, unit in parts if count)
 
 
+def readable_elapsed(value: float | None) -> str:
+    """How long something has lasted (a lock held), in whole seconds, as :func:`readable` says
+    it (``"7s"``, ``"1h 2m 7s"``); ``"?"`` when unknown. The admin and ``redis_locks`` agree."""
+    if value is None:
+        return "?"
+    return readable(max(0, round(value)))
+
+
 def _significant(value: float) -> str:
     """``value`` with three significant digits below 1000 (two decimals at most), and no
     trailing zeros: 2.50 is "2.5", 30.0 is "30"."""

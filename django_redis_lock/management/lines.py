@@ -8,24 +8,13 @@ import json
 import math
 import unicodedata
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 from django.core.management.base import CommandError
 
-from ..core.durations import readable
+from ..core.durations import readable, readable_elapsed
 from ..registry import semaphores as semaphore_registry
 from ..registry.census import Census, Entry
-from ..registry.records import LockInfo
-
-
-def age(info: LockInfo) -> str:
-    """How long since ``info``'s holder took it, in whole seconds ("?": unknown)."""
-    if info.acquired_at is None:
-        return "?"
-    held = (datetime.now(timezone.utc) - info.acquired_at).total_seconds()
-    return readable(max(round(held), 0))
-
 
 #: The widest a cell is printed: a longer one (a 300-character name) is cut, ending in "…", so
 #: that the other columns stay on the terminal. ``show NAME`` and ``--json`` print it whole.
@@ -78,7 +67,13 @@ def semaphores(name: str | None, match: str | None, as_json: bool) -> tuple[list
         if as_json:
             return [json.dumps(info.as_dict(), indent=2, sort_keys=True)], ""
         holders = [
-            (holder.token, holder.label or "", holder.holder, age(holder), readable(holder.ttl))
+            (
+                holder.token,
+                holder.label or "",
+                holder.holder,
+                readable_elapsed(holder.held_for),
+                readable(holder.ttl),
+            )
             for holder in info.holders
         ]
         summary = f"{info.name}: {len(info.holders)} of {info.limit} held, {info.waiting} waiting"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from ..core.labels import OTHER, group_of
@@ -46,6 +46,14 @@ class LockInfo:
     def expires(self) -> bool:
         """False for a key without an expiry: it never frees (our scripts never leave one)."""
         return self.ttl != math.inf
+
+    @property
+    def held_for(self) -> float | None:
+        """Seconds since its holder took it (by the taker's clock: the server's, when handed
+        over), never below 0; None when the record does not say."""
+        if self.acquired_at is None:
+            return None
+        return max(0.0, (datetime.now(timezone.utc) - self.acquired_at).total_seconds())
 
     @property
     def job_id(self) -> str | None:

@@ -25,7 +25,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
-from django_redis_lock.core.durations import readable
+from django_redis_lock.core.durations import readable, readable_elapsed
 from django_redis_lock.exceptions import LockBackendError
 from django_redis_lock.management import lines
 from django_redis_lock.primitives.acl import acl_rule
@@ -119,7 +119,7 @@ class Command(BaseCommand):
             return
         rows = [
             (info.name, info.label or "", info.holder, _job(info), str(info.waiting),
-             lines.age(info), readable(info.ttl) if info.expires else "never",
+             readable_elapsed(info.held_for), readable(info.ttl) if info.expires else "never",
              str(info.fencing_token or ""))
             for info in locks
         ]  # fmt: skip
