@@ -7,10 +7,10 @@ through a confirmation page, is a POST (CSRF-protected), deletes a lock only if 
 the token that was shown, and leaves an admin ``LogEntry``. A semaphore's page lists its
 holders (``registry/semaphores.py``); one permit is force-released the same way.
 
-The "Hot locks" page (``hot/``) is a census of the whole namespace (``registry/census.py``, the
-figures the gauges export): most waiters now, oldest holds, leases about to end, and held and
-waiting by group. It refreshes itself every few seconds until the user turns that off
-(``?refresh=off``), as the list can be asked to (``?refresh=5``).
+The "Hot locks" page (``<changelist>/hot/``) is a census of the whole namespace
+(``registry/census.py``, the figures the gauges export): most waiters now, oldest holds, leases
+about to end, and held and waiting by group. It refreshes itself every few seconds until the user
+turns that off (``?refresh=off``), as the list can be asked to (``?refresh=5``).
 """
 
 from __future__ import annotations

@@ -308,7 +308,7 @@ class GuardedBackend(BaseTaskBackend):
     def _admit(
         self, policy: guards.TaskGuard, name: str, pending: str, ttl: float
     ) -> guards.Duplicate | None:
-        """``guards.admit``, passing over a reservation for a task that does not exist: its
+        """``task_guards.admit``, passing over a reservation for a task that does not exist: its
         queueing was rolled back with the database transaction it was made in (the inner
         backend's row goes with it; the Redis key does not), or its row was deleted."""
         names = guards.GuardNames(name, None)

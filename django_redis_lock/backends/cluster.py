@@ -50,7 +50,7 @@ class ClusterBackend(ServerBackend):
         return one_slot(keys)
 
     def send(self, *args: Any, **options: Any) -> Any:
-        # The socket timeout applies, not a reply budget: see commands.execute_on_cluster.
+        # The socket timeout applies, not a reply budget: see wire.execute_on_cluster.
         return execute_on_cluster(self.client, *args)
 
     def send_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:

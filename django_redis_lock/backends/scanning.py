@@ -23,7 +23,7 @@ def scan_reading(
     """``SCAN`` the keys of ``client`` (one server) that match ``pattern``, ``count`` at a
     time, and read what each batch of keys needs: ``commands_for(keys)``, in one round trip.
     Then the next ``SCAN`` is sent, and ``take(keys, replies)`` (replies as
-    ``commands.execute_many`` gives them) runs while the server runs it. (Not in the same round
+    ``wire.execute_many`` gives them) runs while the server runs it. (Not in the same round
     trip as the reads: Redis sends a pipeline's replies together, when it has run them all.)
     Stops after ``max_keys`` keys; returns the keys scanned, and whether the ``SCAN`` went all
     the way."""

@@ -77,7 +77,7 @@ class Script:
         if_silent: Callable[[], Sequence[Any]] | None = None,
     ) -> Any:
         """Run the script with ``send(*command, reply_timeout=..., if_silent=...)``, the
-        topology's way of sending one command (``commands.execute`` for one server,
+        topology's way of sending one command (``wire.execute`` for one server,
         ``execute_on_cluster``...); loaded first if the server does not have it."""
         command = ("EVALSHA", self.sha, len(keys), *keys, *args)
         try:

@@ -85,7 +85,7 @@ class ServerBackend(Backend):
         reply_timeout: float | None = None,
         if_silent: Callable[[], Sequence[Any]] | None = None,
     ) -> Any:
-        """One command, sent once (``commands.execute``)."""
+        """One command, sent once (``wire.execute``)."""
         return execute(self.client, *args, reply_timeout=reply_timeout, if_silent=if_silent)
 
     def send_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:

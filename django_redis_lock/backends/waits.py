@@ -75,7 +75,7 @@ def wait_for_wake(
     on_interrupted: Callable[[], None] | None = None,
 ) -> Any:
     """Block until something is pushed on ``key`` (returns it) or ``seconds`` pass (None), on
-    one server's client (on a Cluster: the key's node's, ``commands.node_client``).
+    one server's client (on a Cluster: the key's node's, ``wire.node_client``).
 
     A wait interrupted by a failover also returns None, after calling ``on_interrupted`` (a
     Cluster reads its slot map again): the caller asks the lock again, which fails at once if

@@ -207,7 +207,7 @@ def encode_lease(token: str, since_ms: int, fence: int, record: str) -> str:
 
 def text_of(value: bytes | str) -> str:
     """A value of ours as text. Names may hold lone surrogates (a Python str may), which the
-    wire sends with ``surrogatepass`` (``commands.pack``): read them back the same way, or the
+    wire sends with ``surrogatepass`` (``wire.pack``): read them back the same way, or the
     name read back is not the name (another key, and nothing found by it). Bytes that are no
     UTF-8 at all (not written by us) are kept readable, escaped."""
     if not isinstance(value, bytes):

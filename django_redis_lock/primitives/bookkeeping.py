@@ -254,7 +254,7 @@ class Bookkeeping:
     ) -> None:  # fmt: skip
         """``owner`` holds it from now on, by ``outcome`` of an acquisition started at
         ``started``: kept, renewed and reported (after the flows, or the flat path's
-        ``quick.taken``)."""
+        ``uncontended.settled``)."""
         now = time.monotonic()
         granted = outcome.lease_ms / 1000
         fence = outcome.fence if self.fencing else None

@@ -55,7 +55,7 @@ class Lock(Leased):
     the lock is held for (a Celery task's, an RQ job's): each acquisition's owner token starts
     with it, so that another process (a worker's supervisor, after the job died) can release
     exactly that job's hold with ``registry.release_job(name, job_id)``; and an acquisition
-    takes over the job's reservation (``jobs.reserve``, made when the job was queued) as if
+    takes over the job's reservation (``reservations.reserve``, made when the job was queued) as if
     the lock were free. ``guard``: what kind of guard holds the lock (the task guards write
     their mode, ``"until_executed"``...), shown in the admin and ``redis_locks``. ``group``:
     what the metrics count it under (``"import:{feed_id}"``: a template, never an id); by
@@ -126,11 +126,11 @@ class Lock(Leased):
         return hold.fence if hold else None
 
     def detach(self) -> str:
-        """Stop holding the lock in this thread/task without releasing it, and return the
-        lease's token: the lease runs on, no longer renewed, until it ends or another process
-        takes it over (a job's next run, after ``jobs.reserve`` made it the job's reservation
-        again; ``registry.force_release``). All levels of a re-entrant hold are given up. No
-        round trip. Raises ``LockNotOwned`` when this thread/task does not hold it."""
+        """Stop holding the lock in this thread/task without releasing it, and return the lease's
+        token: the lease runs on, no longer renewed, until it ends or another process takes it over
+        (a job's next run, after ``reservations.reserve`` made it the job's reservation again;
+        ``registry.force_release``). All levels of a re-entrant hold are given up. No round trip.
+        Raises ``LockNotOwned`` when this thread/task does not hold it."""
         owner = current_owner()
         hold = self._book.held_or_raise(owner)
         self._book.let_go(owner, hold)

@@ -5,8 +5,8 @@ counters: under gunicorn or uWSGI each process sees only its own locks, and a pr
 holding one says nothing (django-prometheus #111). So the scrape-time gauges
 (``metrics/prometheus.py``, ``metrics/opentelemetry.py``), the admin's pages and
 ``redis_locks stats`` all take a *census*: one ``SCAN`` with ``MATCH`` on our namespace, each
-batch's locks and semaphores read with the admin page's readers (``registry.lease_commands``,
-``semaphores.state_commands``) in the round trip of the next ``SCAN``
+batch's locks and semaphores read with the admin page's readers (``locks.lease_commands``,
+``semaphore.state_commands``) in the round trip of the next ``SCAN``
 (``scanning.scan_reading``), and a cap on the keys looked at, so that a scrape stays short on a
 Redis with millions of keys (a census cut short says so: ``complete`` is False).
 """

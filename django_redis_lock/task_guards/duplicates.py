@@ -34,7 +34,7 @@ class Duplicate:
 
     @classmethod
     def of_holder(cls, name: str, holder: LockInfo | None) -> Duplicate:
-        """From the record a reservation found (``jobs.reserve``)."""
+        """From the record a reservation found (``reservations.reserve``)."""
         if holder is None:
             return cls(name, None, False, None)
         ttl = holder.ttl if holder.expires else None

@@ -3,7 +3,7 @@
 The pages in ``docs/`` link to files beside it (``../benchmarks/results.md``) so that they read
 well on the repository host. The site carries those files under the same path
 (``benchmarks/results.md``, every benchmark's results and the files the pages link to) and
-the links are rewritten to match; ``CHANGELOG.md`` becomes ``changelog.md``. Nothing else is
+the links are rewritten to match; ``CHANGELOG.md`` becomes the changelog page. Nothing else is
 changed: ``make docs`` builds the Markdown as it is.
 """
 

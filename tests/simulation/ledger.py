@@ -244,7 +244,7 @@ class Ledger:
         hold.ended = True
 
     def reservation_ended(self, job: str, code: int | None) -> None:
-        """``jobs.cancel`` ended ``job``'s reservation (0), found none (-1: one made since
+        """``reservations.cancel`` ended ``job``'s reservation (0), found none (-1: one made since
         may be there), or failed (None: it may have ended it)."""
         for facts in self.locks.values():
             for hold in facts.holds:

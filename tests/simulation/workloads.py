@@ -340,7 +340,8 @@ def _release_unfair(sim: Simulation, held: tuple[Any, Hold, Acquired], first_wai
 
 
 def _task_program(sim: Simulation, client: Client, role: Role) -> Program:
-    """As ``jobs.reserve``, ``task_guards.runs.Run`` and ``jobs.cancel`` do for a job."""
+    """As ``reservations.reserve``, ``runs.GuardedRun`` and ``reservations.cancel`` do for a
+    job."""
     keys, job = lock_keys(role.names[0]), role.job
     if role.kind == "cancel":
         try:
