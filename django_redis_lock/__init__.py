@@ -19,13 +19,13 @@ from .exceptions import (
     LockNotAcquired,
     LockNotOwned,
 )
-from .guards.cache import get_or_set_locked
 from .guards.decorators import lock, locked_method, semaphore
 from .guards.double_submit import prevent_double_submit
 from .guards.fencing import fenced_update
 from .guards.identities import PersonalIdentity
-from .guards.once import run_once
-from .guards.single import single_instance
+from .guards.run_once import run_once
+from .guards.single_instance import single_instance
+from .guards.stampede import get_or_set_locked
 from .guards.submissions import ALL, UNSAFE, DuplicateSubmission
 from .management.base import AlreadyRunning, SingleInstanceCommand, SingleInstanceMixin
 from .mixins import LockableModelMixin
