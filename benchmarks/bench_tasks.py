@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     started = time.monotonic()
 
-    from embedded_redis import EmbeddedRedis
+    from dev.embedded_redis import EmbeddedRedis
 
     with (
         EmbeddedRedis() as broker,

@@ -36,8 +36,8 @@ import pytest
 import redis
 from django.test import override_settings
 
+from dev.embedded_redis import EmbeddedRedis, find_redis_server, find_valkey_server, start_cluster
 from django_redis_lock import acl_rule
-from embedded_redis import EmbeddedRedis, find_redis_server, find_valkey_server, start_cluster
 from tests.helpers import (  # (tests import it from here)
     as_user,
     django_redis_caches,

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from embedded_redis import die_with_parent
+from dev.embedded_redis import die_with_parent
 from tests.helpers import wait_for_exit, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent

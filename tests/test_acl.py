@@ -19,12 +19,12 @@ import pytest
 import redis
 from django.core.management import call_command
 
+from dev.embedded_redis import EmbeddedRedis
 from django_redis_lock import CommandRefused, Lock, Semaphore, acl_rule
 from django_redis_lock.backends.acl import COMMANDS, needed_for, refused_command
 from django_redis_lock.backends.base import SCRIPTS
 from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.registry import eviction_warnings
-from embedded_redis import EmbeddedRedis
 from tests import factories, promises
 from tests.helpers import (
     as_user,

@@ -31,10 +31,10 @@ from redis.crc import key_slot
 from redis.exceptions import ResponseError
 from redis.retry import Retry
 
+from dev.embedded_redis import EmbeddedRedis, start_cluster_node
 from django_redis_lock import Lock, LockBackendError, LockError, LockNotOwned, get_redis_client
 from django_redis_lock.core import flows
 from django_redis_lock.primitives.keys import lock_keys
-from embedded_redis import EmbeddedRedis, start_cluster_node
 from tests.helpers import RENEWED_LEASE, renewed_after
 
 T = TypeVar("T")

@@ -8,8 +8,8 @@ import textwrap
 import pytest
 import redis
 
-import embedded_redis as embedded
-from embedded_redis import EmbeddedRedis, RedisServerNotFound, find_redis_server
+from dev import embedded_redis as embedded
+from dev.embedded_redis import EmbeddedRedis, RedisServerNotFound, find_redis_server
 from tests.helpers import port_is_open, wait_for_exit
 
 # -- finding the binary ----------------------------------------------------------------------
@@ -168,7 +168,7 @@ def test_server_dies_with_the_process_that_started_it(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys
-        from embedded_redis import EmbeddedRedis
+        from dev.embedded_redis import EmbeddedRedis
         server = EmbeddedRedis(directory={str(tmp_path)!r}).start()
         print(server.pid, server.port, flush=True)
         sys.stdin.read()

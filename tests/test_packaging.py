@@ -41,7 +41,7 @@ def test_wheel_and_sdist_carry_templates_migrations_and_py_typed(dist):
     [sdist] = dist.glob("*.tar.gz")
     in_wheel = set(zipfile.ZipFile(wheel).namelist())
     assert [path for path in NEEDED if path not in in_wheel] == []
-    assert not any(name.startswith(("tests/", "example_project/")) for name in in_wheel)
+    assert not any(name.startswith(("tests/", "dev/", "example_project/")) for name in in_wheel)
     with tarfile.open(sdist) as archive:
         in_sdist = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert [path for path in NEEDED if path not in in_sdist] == []

@@ -14,9 +14,9 @@ import pytest
 import redis
 import trustme
 
+from dev.embedded_redis import EmbeddedRedis, RedisServerNotFound, TlsFiles
 from django_redis_lock import Lock, LockBackendError, get_redis_client
 from django_redis_lock.primitives.keys import lock_keys
-from embedded_redis import EmbeddedRedis, RedisServerNotFound, TlsFiles
 from tests import promises
 from tests.helpers import lease_token
 

@@ -29,10 +29,10 @@ from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from redis.cluster import RedisCluster
 
+from dev.embedded_redis import EmbeddedRedis, find_valkey_server
 from django_redis_lock import Lock, UnsupportedCache, get_redis_client
 from django_redis_lock.checks import check_cache, check_socket_timeout
 from django_redis_lock.primitives.keys import lock_keys
-from embedded_redis import EmbeddedRedis, find_valkey_server
 from tests import factories, promises
 from tests.helpers import lease_token, wait_until
 from tests.test_without_tasks_extra import output_of
