@@ -25,8 +25,8 @@ from django_redis_lock.backends.acl import COMMANDS, needed_for, refused_command
 from django_redis_lock.backends.base import SCRIPTS
 from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.registry import eviction_warnings
-from tests import factories, promises
-from tests.helpers import (
+from tests.support import factories, promises
+from tests.support.helpers import (
     as_user,
     django_redis_caches,
     lease_token,
@@ -230,7 +230,7 @@ def test_on_a_cluster_as_the_acl_user(on_cluster, redis_cluster, settings):
         make_acl_user(node, "locks", PASSWORD, rule)
     try:
         factories.cluster_url[:] = [as_user(redis_cluster.startup_url, "locks", PASSWORD)]
-        settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.factories.cluster_client"
+        settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.support.factories.cluster_client"
         names = [f"acl:cluster:{n}" for n in range(6)]  # over several slots, so several nodes
         for name in names:
             with Lock(name, timeout=10) as held:

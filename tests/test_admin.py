@@ -15,7 +15,7 @@ from django.test import Client
 
 from django_redis_lock import Lock, LockNotOwned
 from django_redis_lock.registry import locks as lock_registry
-from tests.helpers import staff, wait_until
+from tests.support.helpers import staff, wait_until
 
 CHANGELIST = "/admin/django_redis_lock/heldlock/"
 RELEASE = CHANGELIST + "release/"

@@ -18,7 +18,7 @@ from django.contrib.auth.models import User
 
 from django_redis_lock import Lock, acl_rule
 from django_redis_lock.task_guards import reservations
-from tests.helpers import (
+from tests.support.helpers import (
     CHROMIUM_FLAGS,
     as_user,
     django_redis_caches,
@@ -215,7 +215,7 @@ def test_operator_finds_the_hot_locks_in_the_browser(open_locks_page, tmp_path, 
 
     from django_redis_lock import Semaphore
     from django_redis_lock.primitives.keys import lock_keys
-    from tests.helpers import start_queued
+    from tests.support.helpers import start_queued
 
     held = [Lock(f"orders:sync:{n}", timeout=120, label="sync order") for n in (11, 12)]
     held.append(Lock("invoices:send", timeout=300, label="send_invoices (cron, web-2)"))
@@ -317,7 +317,7 @@ def test_both_pages_count_the_same_waiters_and_keep_names_whole_at_1400_px(
 
     from django_redis_lock import Semaphore
     from django_redis_lock.primitives.keys import lock_keys, permit_keys
-    from tests.helpers import start_queued
+    from tests.support.helpers import start_queued
 
     run = Lock("demo:contention", timeout=120, label="the demo's contention")
     report = Lock("report:nightly", timeout=120, label="nightly report")

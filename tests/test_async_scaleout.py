@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import Lock, aclose_async_redis_clients, get_async_redis_client
 from django_redis_lock.primitives.keys import lock_keys
-from tests.promises import take_and_release
+from tests.support.promises import take_and_release
 
 # django-redis keeps connection pools per URL for the whole process: a service name per test.
 _services = iter(range(1_000_000))

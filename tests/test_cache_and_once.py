@@ -20,8 +20,8 @@ from django_redis_lock import (
     run_once,
 )
 from django_redis_lock.core.durations import clock_allowance
-from tests import workers
-from tests.helpers import wait_until
+from tests.support import workers
+from tests.support.helpers import wait_until
 
 SPAWN = multiprocessing.get_context("spawn")
 

@@ -32,8 +32,8 @@ from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.task_guards.policy import TaskGuard
 from django_redis_lock.task_guards.runs import GuardedRun
 from tests.conftest import django_redis_caches
-from tests.helpers import keys_without_ttl, run_async
-from tests.proxy import DROP_REPLIES, PASS
+from tests.support.helpers import keys_without_ttl, run_async
+from tests.support.proxy import DROP_REPLIES, PASS
 from tests.testapp import views
 
 # -- the harness ------------------------------------------------------------------------------

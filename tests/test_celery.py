@@ -1,7 +1,7 @@
 """Celery task guards (``django_redis_lock.celery.GuardedTask``) with real workers: a prefork
 worker of two processes in a subprocess, Redis as its broker and result backend, the tasks of
-``tests/celery_app.py``. Each test uses keys of its own, so that what an earlier test left in
-the broker cannot interfere."""
+``tests/support/celery_app.py``. Each test uses keys of its own, so that what an earlier test
+left in the broker cannot interfere."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from celery import signals as celery_signals
 from django.core.management import call_command
 
 from django_redis_lock import DuplicateTask, registry, task_duplicate_found
-from tests import celery_app as tasks
-from tests.helpers import process_alive, wait_until
-from tests.task_workers import celery_worker
+from tests.support import celery_app as tasks
+from tests.support.helpers import process_alive, wait_until
+from tests.support.task_workers import celery_worker
 
 pytestmark = pytest.mark.workers
 

@@ -52,7 +52,7 @@ def test_checks_are_registered_with_the_caches_tag_too(settings):
         ("COMMAND_ON_LOST", "crash", "E005"),
         ("CONNECTION_FACTORY", 1.5, "E004"),
         ("CONNECTION_FACTORY", "no.such.factory", "E006"),
-        ("CONNECTION_FACTORY", "tests.factories.NOT_CALLABLE", "E006"),
+        ("CONNECTION_FACTORY", "tests.support.factories.NOT_CALLABLE", "E006"),
     ],
 )
 def test_bad_setting_fires(settings, name, value, check_id):
@@ -77,7 +77,7 @@ def test_bad_setting_fires(settings, name, value, check_id):
         ("COMMAND_EXIT_CODE", 0),
         ("COMMAND_ON_LOST", "finish"),
         ("CONNECTION_FACTORY", None),
-        ("CONNECTION_FACTORY", "tests.factories.client_from_cache_location"),
+        ("CONNECTION_FACTORY", "tests.support.factories.client_from_cache_location"),
     ],
 )
 def test_good_setting_is_silent(settings, name, value):
@@ -244,7 +244,9 @@ def test_second_alias_for_locks(settings):
 def test_connection_factory_skips_cache_checks(settings):
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     settings.DJANGO_REDIS_LOCK_CACHE_ALIAS = "cluster"
-    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.factories.client_from_cache_location"
+    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = (
+        "tests.support.factories.client_from_cache_location"
+    )
     assert our_messages() == []
 
 

@@ -12,7 +12,7 @@ import redis
 
 from django_redis_lock import Lock, LockBackendError, registry
 from django_redis_lock.primitives.keys import lock_keys
-from tests.helpers import RENEWED_LEASE, renewed_after
+from tests.support.helpers import RENEWED_LEASE, renewed_after
 
 
 def test_lock_keys_share_one_slot(on_cluster):

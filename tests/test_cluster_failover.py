@@ -35,7 +35,7 @@ from dev.embedded_redis import EmbeddedRedis, start_cluster_node
 from django_redis_lock import Lock, LockBackendError, LockError, LockNotOwned, get_redis_client
 from django_redis_lock.core import flows
 from django_redis_lock.primitives.keys import lock_keys
-from tests.helpers import RENEWED_LEASE, renewed_after
+from tests.support.helpers import RENEWED_LEASE, renewed_after
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ from django.core.management.base import CommandError
 from django_redis_lock import AlreadyRunning, Lock
 from django_redis_lock.management import lines
 from tests.conftest import django_redis_caches
-from tests.helpers import hold_in_thread
+from tests.support.helpers import hold_in_thread
 from tests.testapp.management.commands import lose_lock_job, quick_job
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -303,7 +303,7 @@ def test_stats_counts_in_words_that_agree_with_their_numbers(redis_client):
     """``1 key looked at``, not ``1 keys``; held and waiting said per kind, as the admin does."""
     from django_redis_lock import Semaphore
     from django_redis_lock.primitives.keys import lock_keys
-    from tests.helpers import plant_lease
+    from tests.support.helpers import plant_lease
 
     def first_line() -> str:
         out = io.StringIO()

@@ -72,7 +72,7 @@ def test_wait_zero_is_allowed(settings):
         ("COMMAND_ON_LOST", None, "type"),
         ("CONNECTION_FACTORY", 42, "type"),
         ("CONNECTION_FACTORY", "no_such_module.factory", "import"),
-        ("CONNECTION_FACTORY", "tests.factories.NOT_CALLABLE", "import"),
+        ("CONNECTION_FACTORY", "tests.support.factories.NOT_CALLABLE", "import"),
     ],
 )
 def test_bad_value_raises_improperly_configured_on_read(settings, name, value, problem):
@@ -84,9 +84,11 @@ def test_bad_value_raises_improperly_configured_on_read(settings, name, value, p
 
 
 def test_connection_factory_from_dotted_path(settings):
-    from tests.factories import client_from_cache_location
+    from tests.support.factories import client_from_cache_location
 
-    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.factories.client_from_cache_location"
+    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = (
+        "tests.support.factories.client_from_cache_location"
+    )
     assert lock_settings.CONNECTION_FACTORY is client_from_cache_location
 
 

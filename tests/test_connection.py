@@ -4,8 +4,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import get_redis_client
 from django_redis_lock.backends.clients import CacheBackend, UnsupportedCache, cache_backend
-from tests import factories
 from tests.conftest import django_redis_caches
+from tests.support import factories
 
 DJANGO_BACKEND = "django.core.cache.backends.redis.RedisCache"
 
@@ -72,7 +72,9 @@ def test_locks_go_to_the_primary_never_a_replica(settings, primary_and_replica, 
 
 def test_connection_factory_is_called_with_the_alias_once(settings, redis_client):
     factories.calls.clear()
-    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.factories.client_from_cache_location"
+    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = (
+        "tests.support.factories.client_from_cache_location"
+    )
     settings.DJANGO_REDIS_LOCK_CACHE_ALIAS = "cluster"  # need not be a cache with a factory
     client = get_redis_client()
     assert get_redis_client() is client
@@ -81,7 +83,7 @@ def test_connection_factory_is_called_with_the_alias_once(settings, redis_client
 
 
 def test_connection_factory_must_return_a_redis_client(settings):
-    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.factories.not_a_client"
+    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.support.factories.not_a_client"
     with pytest.raises(ImproperlyConfigured, match=r"returned 'object'.*redis\.Redis"):
         get_redis_client()
 

@@ -22,7 +22,7 @@ from django_redis_lock.metrics.prometheus import CensusCollector
 from django_redis_lock.primitives.keys import lock_keys, permit_keys
 from django_redis_lock.registry.census import GroupFigures, take_census
 from django_redis_lock.registry.locks import get_lock
-from tests.helpers import staff, start_queued
+from tests.support.helpers import staff, start_queued
 
 CHANGELIST = "/admin/django_redis_lock/heldlock/"
 HOT = CHANGELIST + "hot/"

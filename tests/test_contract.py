@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 
 from django_redis_lock import Lock, registry
-from tests import promises
-from tests.helpers import wait_until
+from tests.support import promises
+from tests.support.helpers import wait_until
 
 
 def test_acquire_release_fencing_reentry(topology):

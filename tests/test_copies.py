@@ -13,7 +13,7 @@ import pytest
 
 from django_redis_lock import Lock, LockNotOwned
 from django_redis_lock.primitives.keys import lock_keys
-from tests import workers
+from tests.support import workers
 
 SPAWN = multiprocessing.get_context("spawn")
 

@@ -22,8 +22,8 @@ from django_redis_lock.core.processes import ProcessRecord, dead, process_of
 from django_redis_lock.primitives import holds, processes
 from django_redis_lock.primitives.deaths import deaths
 from django_redis_lock.primitives.keys import lock_keys, process_key
-from tests import workers
-from tests.helpers import start_queued, wait_until
+from tests.support import workers
+from tests.support.helpers import start_queued, wait_until
 
 SPAWN = multiprocessing.get_context("spawn")
 HERE = processes.here()
@@ -136,7 +136,7 @@ def test_a_holder_in_another_pid_namespace_is_never_cut_short(redis_url, redis_c
     pid means nothing here (here, it may be another process, or none)."""
     keys = lock_keys("namespaced-holder", "default")
     command = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, "-m",
-               "tests.dead_holder", redis_url, "namespaced-holder"]  # fmt: skip
+               "tests.support.dead_holder", redis_url, "namespaced-holder"]  # fmt: skip
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as holder:
@@ -167,7 +167,7 @@ def _held_in_another_namespace(holder, redis_client, keys) -> None:
 
 
 def _pids_running(redis_url: str) -> list[int]:
-    """The pids of tests.dead_holder processes on ``redis_url``."""
+    """The pids of tests.support.dead_holder processes on ``redis_url``."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -177,7 +177,7 @@ def _pids_running(redis_url: str) -> list[int]:
             except OSError:
                 continue
             if (
-                b"tests.dead_holder" in arguments
+                b"tests.support.dead_holder" in arguments
                 and redis_url.encode() in arguments
                 and (b"unshare" not in arguments[0])
             ):

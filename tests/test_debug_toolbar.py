@@ -16,7 +16,7 @@ from django.test import AsyncClient
 
 from django_redis_lock import Lock, aclose_async_redis_clients, signals
 from django_redis_lock.primitives.keys import lock_keys
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 TOOLBAR = "debug_toolbar.middleware.DebugToolbarMiddleware"
 

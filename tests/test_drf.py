@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from django_redis_lock import lock_contended
 from tests.conftest import django_redis_caches
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 from tests.testapp import views
 from tests.testapp.drf_views import StreamParser
 

@@ -26,7 +26,7 @@ from django_redis_lock.core.durations import MAX_SECONDS, milliseconds, seconds
 from django_redis_lock.core.lease import OwnerRecord, encode_lease
 from django_redis_lock.primitives.keys import lock_keys
 from tests.conftest import django_redis_caches
-from tests.helpers import keys_left, keys_without_ttl
+from tests.support.helpers import keys_left, keys_without_ttl
 
 TOO_LONG = [1e15, 10**400, 1e300, MAX_SECONDS + 1]
 TOO_SHORT = [1e-9, 0.0009]

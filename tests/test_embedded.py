@@ -10,7 +10,7 @@ import redis
 
 from dev import embedded_redis as embedded
 from dev.embedded_redis import EmbeddedRedis, RedisServerNotFound, find_redis_server
-from tests.helpers import port_is_open, wait_for_exit
+from tests.support.helpers import port_is_open, wait_for_exit
 
 # -- finding the binary ----------------------------------------------------------------------
 

@@ -21,7 +21,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.helpers import CHROMIUM_FLAGS, find_chromium, free_port, port_is_open, wait_for_exit
+from tests.support.helpers import (
+    CHROMIUM_FLAGS,
+    find_chromium,
+    free_port,
+    port_is_open,
+    wait_for_exit,
+)
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "example_project"
 

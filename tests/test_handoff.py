@@ -29,8 +29,8 @@ from django_redis_lock.core.permits import PermitKeys
 from django_redis_lock.core.requests import Block, Eval, Pipeline
 from django_redis_lock.primitives.holds import Strays
 from django_redis_lock.primitives.keys import lock_keys
-from tests import workers
-from tests.helpers import wait_until
+from tests.support import workers
+from tests.support.helpers import wait_until
 
 SPAWN = multiprocessing.get_context("spawn")
 

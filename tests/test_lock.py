@@ -33,9 +33,9 @@ from django_redis_lock import (
 from django_redis_lock.backends.scripts import RELEASE
 from django_redis_lock.primitives import bookkeeping
 from django_redis_lock.primitives.keys import lock_keys
-from tests import workers
 from tests.conftest import django_redis_caches
-from tests.helpers import keys_left, read_lease, wait_until
+from tests.support import workers
+from tests.support.helpers import keys_left, read_lease, wait_until
 
 SPAWN = multiprocessing.get_context("spawn")
 

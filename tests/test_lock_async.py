@@ -10,7 +10,7 @@ import pytest
 
 from django_redis_lock import Lock, LockNotAcquired, LockNotOwned
 from django_redis_lock.primitives.keys import lock_keys
-from tests.helpers import run_async as run
+from tests.support.helpers import run_async as run
 
 
 def test_async_with(redis_client):

@@ -11,8 +11,8 @@ import redis
 
 from django_redis_lock import Lock
 from django_redis_lock.backends import waits
-from tests import workers
-from tests.helpers import keys_left
+from tests.support import workers
+from tests.support.helpers import keys_left
 
 SPAWN = multiprocessing.get_context("spawn")
 PROCESSES = 6

@@ -21,7 +21,7 @@ from django_redis_lock import (
     lock_many,
 )
 from django_redis_lock.primitives.keys import hash_tag, lock_keys
-from tests.helpers import keys_left, lease_token, run_async, wait_until
+from tests.support.helpers import keys_left, lease_token, run_async, wait_until
 from tests.testapp.models import Account
 
 

@@ -1,8 +1,9 @@
 """When a reply is lost or never comes: a release retried after its reply was lost, a release
 cancelled in flight, an acquisition against a Redis that does not answer.
 
-Replies are lost on purpose by a TCP proxy in front of the real server (``tests/proxy.py``):
-the request reaches Redis, which runs it, and the reply is dropped or the connection reset.
+Replies are lost on purpose by a TCP proxy in front of the real server
+(``tests/support/proxy.py``): the request reaches Redis, which runs it, and the reply is dropped
+or the connection reset.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from django_redis_lock import (
 from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.primitives.renewal import renewer
 from tests.conftest import django_redis_caches
-from tests.helpers import lease_token, wait_until
-from tests.helpers import run_async as run
-from tests.proxy import DROP_REPLIES, PASS, REFUSE, RESET_ON_REPLY
+from tests.support.helpers import lease_token, wait_until
+from tests.support.helpers import run_async as run
+from tests.support.proxy import DROP_REPLIES, PASS, REFUSE, RESET_ON_REPLY
 
 
 @pytest.fixture

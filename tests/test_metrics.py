@@ -16,7 +16,7 @@ from django_redis_lock.core.labels import group_of, reason_kind
 from django_redis_lock.metrics.opentelemetry import OpenTelemetrySink
 from django_redis_lock.primitives import reports
 from django_redis_lock.primitives.keys import lock_keys
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 
 def sample(name, **labels):
@@ -218,7 +218,7 @@ def test_two_processes_in_multiprocess_mode_give_summed_counters(redis_url, tmp_
     from prometheus_client import CollectorRegistry
     from prometheus_client.multiprocess import MultiProcessCollector
 
-    from tests import workers
+    from tests.support import workers
 
     spawn = multiprocessing.get_context("spawn")
     pool = spawn.Pool(2)

@@ -18,9 +18,17 @@ from django_redis_lock.metrics.buffer import BufferedSink
 from django_redis_lock.metrics.opentelemetry import OpenTelemetrySink
 from django_redis_lock.metrics.prometheus import WAIT_BUCKETS, PrometheusSink
 from django_redis_lock.primitives import reports
-from tests import workers
-from tests.helpers import wait_until
-from tests.prometheus_events import HOLD_COUNT, HOLDS, WAITS, Theirs, feed, read_files, samples
+from tests.support import workers
+from tests.support.helpers import wait_until
+from tests.support.prometheus_events import (
+    HOLD_COUNT,
+    HOLDS,
+    WAITS,
+    Theirs,
+    feed,
+    read_files,
+    samples,
+)
 
 
 class Counting(BufferedSink):

@@ -11,7 +11,7 @@ from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import Lock
-from tests import workers
+from tests.support import workers
 
 TOKEN = "a-scraper's-token-0123456789"
 pytestmark = pytest.mark.django_db

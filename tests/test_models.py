@@ -17,7 +17,7 @@ from django_redis_lock import (
     locked_method,
 )
 from django_redis_lock.primitives.keys import lock_keys
-from tests import workers
+from tests.support import workers
 from tests.testapp.models import Account
 
 SPAWN = multiprocessing.get_context("spawn")

@@ -30,11 +30,17 @@ from django_redis_lock import (
     signals,
 )
 from django_redis_lock.primitives.keys import lock_keys
-from tests import workers
-from tests.helpers import RENEWED_LEASE, lease_token, plant_lease, renewed_after, wait_until
-from tests.proxy import HOLD_REPLIES, TcpProxy
+from tests.support import workers
+from tests.support.helpers import (
+    RENEWED_LEASE,
+    lease_token,
+    plant_lease,
+    renewed_after,
+    wait_until,
+)
+from tests.support.proxy import HOLD_REPLIES, TcpProxy
+from tests.support.topologies import QUORUM_MEMBERS
 from tests.test_lock_concurrency import PROCESSES, run_workers
-from tests.topologies import QUORUM_MEMBERS
 
 MEMBERS = QUORUM_MEMBERS
 

@@ -19,7 +19,7 @@ from django_redis_lock.backends.wire import execute_many
 from django_redis_lock.core import flows
 from django_redis_lock.primitives.keys import lock_keys
 from tests.conftest import django_redis_caches
-from tests.helpers import free_port, wait_until
+from tests.support.helpers import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 

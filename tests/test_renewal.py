@@ -25,9 +25,9 @@ from django_redis_lock.backends import ServerBackend
 from django_redis_lock.core.durations import clock_allowance
 from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.primitives.renewal import renewer
-from tests import workers
 from tests.conftest import django_redis_caches
-from tests.helpers import RENEWED_LEASE, hold_in_thread, renewed_after, wait_until
+from tests.support import workers
+from tests.support.helpers import RENEWED_LEASE, hold_in_thread, renewed_after, wait_until
 
 
 @pytest.fixture

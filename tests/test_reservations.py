@@ -12,7 +12,7 @@ from django_redis_lock import Lock, LockNotOwned
 from django_redis_lock.core.lease import OwnerRecord
 from django_redis_lock.registry import locks as lock_registry
 from django_redis_lock.task_guards import reservations
-from tests.helpers import read_lease, wait_until
+from tests.support.helpers import read_lease, wait_until
 
 JOB = "7d2c9a0e-0c1b-4a8e-9b1f-3f1d5c7a9e21"
 

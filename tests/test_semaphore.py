@@ -23,7 +23,7 @@ from django_redis_lock import (
 )
 from django_redis_lock.core.lease import decode_lease
 from django_redis_lock.primitives.keys import permit_keys
-from tests.helpers import keys_left, keys_without_ttl, run_async, start_queued, wait_until
+from tests.support.helpers import keys_left, keys_without_ttl, run_async, start_queued, wait_until
 
 
 def keys_of(name):

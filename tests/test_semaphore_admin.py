@@ -15,7 +15,7 @@ from django_redis_lock.registry.semaphores import (
     get_semaphore,
     iter_semaphores,
 )
-from tests.helpers import RENEWED_LEASE, staff, wait_until
+from tests.support.helpers import RENEWED_LEASE, staff, wait_until
 
 CHANGELIST = "/admin/django_redis_lock/heldlock/"
 SEMAPHORE = CHANGELIST + "semaphore/"

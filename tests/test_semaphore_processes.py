@@ -10,8 +10,8 @@ import threading
 
 from django_redis_lock import Semaphore
 from django_redis_lock.primitives.keys import permit_keys
-from tests import semaphore_workers
-from tests.helpers import keys_left, start_queued, wait_until
+from tests.support import semaphore_workers
+from tests.support.helpers import keys_left, start_queued, wait_until
 
 SPAWN = multiprocessing.get_context("spawn")
 

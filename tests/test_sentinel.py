@@ -25,7 +25,7 @@ from redis.sentinel import Sentinel
 
 from django_redis_lock import Lock, LockBackendError, LockNotOwned, get_redis_client, lock_lost
 from django_redis_lock.primitives.keys import lock_keys
-from tests.helpers import RENEWED_LEASE
+from tests.support.helpers import RENEWED_LEASE
 
 # django-redis keeps connection pools per URL for the whole process: each test's Sentinel
 # setup gets a service name of its own, so that no test reuses an earlier test's pool.

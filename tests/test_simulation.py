@@ -19,7 +19,6 @@ from django_redis_lock.backends import backend_of
 from django_redis_lock.core import flows
 from django_redis_lock.core.lease import OwnerRecord
 from django_redis_lock.primitives.keys import lock_keys
-from tests.helpers import wait_until
 from tests.simulation import (
     FAULTS_ON,
     WORKLOADS,
@@ -36,6 +35,7 @@ from tests.simulation import (
     simulated_topology,
 )
 from tests.simulation.mutations import MUTATIONS, patch_for
+from tests.support.helpers import wait_until
 
 # The suite's share: this many schedules per workload and topology, with faults and without;
 # fewer on a quorum, whose waiters poll (hundreds of steps to a schedule): 1,920 + 200.

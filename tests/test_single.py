@@ -21,7 +21,7 @@ from django_redis_lock import (
     run_skipped,
     single_instance,
 )
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 
 def test_a_jobs_tokens_carry_its_id_and_its_supervisor_can_release_exactly_that_hold():
@@ -143,7 +143,7 @@ def test_an_rq_jobs_lock_token_starts_with_the_jobs_id(broker_url, redis_url, re
     rq = pytest.importorskip("rq")
     import redis
 
-    from tests import rq_jobs
+    from tests.support import rq_jobs
 
     connection = redis.Redis.from_url(broker_url)
     queue = rq.Queue("single-instance", connection=connection)

@@ -14,7 +14,7 @@ from django.test import override_settings
 from django_redis_lock import LockBackendError, registry
 from django_redis_lock.celery import GuardedTask
 from django_redis_lock.task_guards import TaskGuard
-from tests.helpers import keys_left
+from tests.support.helpers import keys_left
 
 app = Celery("eager", set_as_current=False)
 app.conf.update(task_always_eager=True, task_eager_propagates=True)

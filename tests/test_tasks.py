@@ -27,8 +27,8 @@ from django_redis_lock import DuplicateTask, registry
 
 pytest.importorskip("django_tasks_db", reason="django-tasks-db is not installed")
 
-from tests.helpers import wait_until
-from tests.task_workers import WorkerProcess
+from tests.support.helpers import wait_until
+from tests.support.task_workers import WorkerProcess
 from tests.testapp import tasks
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]

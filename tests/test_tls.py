@@ -17,8 +17,8 @@ import trustme
 from dev.embedded_redis import EmbeddedRedis, RedisServerNotFound, TlsFiles
 from django_redis_lock import Lock, LockBackendError, get_redis_client
 from django_redis_lock.primitives.keys import lock_keys
-from tests import promises
-from tests.helpers import lease_token
+from tests.support import promises
+from tests.support.helpers import lease_token
 
 CACHE_BACKENDS = {
     "django-redis": "django_redis.cache.RedisCache",

@@ -18,7 +18,7 @@ from django_redis_lock.core.uncontended import (
     release_request,
 )
 from django_redis_lock.primitives.keys import lock_keys
-from tests.helpers import keys_without_ttl, wait_until
+from tests.support.helpers import keys_without_ttl, wait_until
 
 RECORD = OwnerRecord(10, 42, "host", "MainThread").encode()
 

@@ -33,8 +33,8 @@ from dev.embedded_redis import EmbeddedRedis, find_valkey_server
 from django_redis_lock import Lock, UnsupportedCache, get_redis_client
 from django_redis_lock.checks import check_cache, check_socket_timeout
 from django_redis_lock.primitives.keys import lock_keys
-from tests import factories, promises
-from tests.helpers import lease_token, wait_until
+from tests.support import factories, promises
+from tests.support.helpers import lease_token, wait_until
 from tests.test_without_tasks_extra import output_of
 
 VALKEY_CACHE = "django_valkey.cache.ValkeyCache"
@@ -158,7 +158,7 @@ def test_django_valkeys_sentinel_client_takes_locks_on_the_primary(settings, red
 
 
 def test_a_connection_factory_may_return_a_valkey_client(settings, redis_url):
-    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.factories.valkey_client"
+    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.support.factories.valkey_client"
     factories.valkey_location[:] = [_valkey_url(redis_url)]
     assert isinstance(get_redis_client(), redis.Redis)
     with Lock("valkey:factory", timeout=10) as held:

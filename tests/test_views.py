@@ -22,7 +22,7 @@ from django.test import AsyncClient, Client
 
 from django_redis_lock import aclose_async_redis_clients, lock_contended, prevent_double_submit
 from tests.conftest import django_redis_caches
-from tests.helpers import keys_left, run_async, wait_until
+from tests.support.helpers import keys_left, run_async, wait_until
 from tests.testapp import views
 
 CLIENT = {"HTTP_X_CLIENT": "client-1"}

@@ -17,7 +17,7 @@ import django
 import pytest
 from celery import Celery
 
-from tests.task_workers import ROOT, celery_worker
+from tests.support.task_workers import ROOT, celery_worker
 
 BACKPORT = "django_tasks,django_tasks_db"
 # On Django 6.0+ the guards use django.tasks, part of Django: hidden too, no framework is left.
@@ -87,7 +87,7 @@ def test_celery_autodiscovery_imports_every_installed_apps_tasks_module():
         BACKPORT,
         """if True:
         import json, sys
-        from tests.celery_project import app
+        from tests.support.celery_project import app
         app.loader.import_default_modules()
         print(json.dumps(sorted(name for name in sys.modules if name.endswith(".tasks"))))
         """,
@@ -144,12 +144,12 @@ def test_a_worker_starts_and_runs_a_guarded_task(client, broker_url, redis_url, 
     # A queue of its own: test_celery.py's worker, on the same broker, knows no such task.
     worker = celery_worker(
         tmp_path / "worker.log", broker_url, redis_url, queue="celery-only",
-        app="tests.celery_project", **hidden_env(BACKPORT),
+        app="tests.support.celery_project", **hidden_env(BACKPORT),
     )  # fmt: skip
     worker.start()  # it exited at once when it could not import django_redis_lock.tasks
     try:
         result = client.send_task(
-            "tests.celery_project.holder_of_its_guard", args=[uuid.uuid4().hex],
+            "tests.support.celery_project.holder_of_its_guard", args=[uuid.uuid4().hex],
             queue="celery-only",
         )  # fmt: skip
         assert result.get(timeout=SOON) == result.id

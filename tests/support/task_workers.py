@@ -1,5 +1,5 @@
 """Real task-queue workers in subprocesses, for the tests and the benchmarks: Celery's prefork
-worker (``tests/celery_app.py``) and django-tasks-db's ``db_worker``.
+worker (``tests/support/celery_app.py``) and django-tasks-db's ``db_worker``.
 
 Each runs in a session of its own, dies with the thread that started it (a killed test run
 leaves no worker behind), and writes its output to a log file that ``wait_for_log`` reads.
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dev.embedded_redis import die_with_parent
-from tests.helpers import wait_for_exit, wait_until
+from tests.support.helpers import wait_for_exit, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class WorkerProcess:
@@ -98,7 +98,7 @@ def redelivering(seconds: float) -> dict[str, float]:
 
 def celery_worker(
     log_path: Path, broker_url: str, redis_url: str, *, name: str = "w1", queue: str = "celery",
-    app: str = "tests.celery_app", **env: str,
+    app: str = "tests.support.celery_app", **env: str,
 ) -> WorkerProcess:  # fmt: skip
     """A Celery prefork worker of two processes of ``app`` consuming ``queue``, not started
     yet."""

@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from django.conf import settings
 
-from tests.helpers import process_alive
+from tests.support.helpers import process_alive
 
 __all__ = ["evidence", "run", "run_celery_task"]
 

@@ -19,8 +19,8 @@ from redis.cluster import RedisCluster
 
 from django_redis_lock import get_redis_client
 from django_redis_lock.primitives.keys import lock_keys
-from tests import factories
-from tests.helpers import django_redis_caches, lease_token
+from tests.support import factories
+from tests.support.helpers import django_redis_caches, lease_token
 
 QUORUM_MEMBERS = ["q0", "q1", "q2"]
 
@@ -30,7 +30,7 @@ def on_cluster(settings: Any, redis_cluster: Any) -> Iterator[Any]:
     """The locks of the default alias on the test cluster (a ``RedisCluster`` client, through
     ``DJANGO_REDIS_LOCK_CONNECTION_FACTORY``)."""
     factories.cluster_url[:] = [redis_cluster.startup_url]
-    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.factories.cluster_client"
+    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.support.factories.cluster_client"
     client = get_redis_client()
     assert isinstance(client, RedisCluster)
     yield client

@@ -200,12 +200,12 @@ def forked_metrics(multiproc_dir: str) -> int:
 
 
 def multi_process_files(multiproc_dir: str, whose: str) -> None:
-    """In multi-process mode: the events of ``tests.prometheus_events`` (all, then a few
+    """In multi-process mode: the events of ``tests.support.prometheus_events`` (all, then a few
     again) into the files, through our sink (``whose="ours"``) or prometheus_client's own
     instruments (``"theirs"``)."""
     assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == multiproc_dir  # inherited from the test
     from django_redis_lock.metrics.prometheus_files import MultiProcessPrometheusSink
-    from tests.prometheus_events import HOLDS, WAITS, Theirs, feed
+    from tests.support.prometheus_events import HOLDS, WAITS, Theirs, feed
 
     if whose == "theirs":
         theirs = Theirs(registry=None)
@@ -224,8 +224,8 @@ def timer_writes(multiproc_dir: str) -> float:
     they show 10 (10 s at most), before the sink is closed."""
     assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == multiproc_dir
     from django_redis_lock.metrics.prometheus_files import MultiProcessPrometheusSink
-    from tests.helpers import wait_until
-    from tests.prometheus_events import HOLD_COUNT, read_files
+    from tests.support.helpers import wait_until
+    from tests.support.prometheus_events import HOLD_COUNT, read_files
 
     sink = MultiProcessPrometheusSink(every=0.05)
     for _ in range(10):

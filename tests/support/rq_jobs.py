@@ -14,7 +14,7 @@ if not settings.configured:  # an RQ worker's process
     django.setup()
 
 from django_redis_lock import registry, single_instance
-from tests.task_evidence import evidence
+from tests.support.task_evidence import evidence
 
 
 @single_instance("rq-single:{key}")

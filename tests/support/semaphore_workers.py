@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.workers import setup_django
+from tests.support.workers import setup_django
 
 
 def count_inside(

@@ -4,7 +4,7 @@ with the default lease until killed. argv: the Redis URL, the lock's name."""
 import sys
 import time
 
-from tests.workers import setup_django
+from tests.support.workers import setup_django
 
 setup_django(sys.argv[1])
 

@@ -1,11 +1,11 @@
 """The Celery app of the suite's real workers (``tests/test_celery.py``, ``benchmarks/``).
 
-A worker runs ``celery -A tests.celery_app worker`` in a subprocess; its broker and result
-backend are a private redis-server (``DJANGO_REDIS_LOCK_TEST_BROKER_URL``), its locks on the
-suite's Redis (``DJANGO_REDIS_LOCK_TEST_REDIS_URL``, through ``tests.settings``). The tasks
-say what they did on the locks' Redis (``tests/task_evidence.py``), and so do the releases of
-locks: ``released:<lock name>`` / ``force-released:<lock name>``, each release by its holder or
-by someone else (a worker's main process).
+A worker runs ``celery -A tests.support.celery_app worker`` in a subprocess; its broker and
+result backend are a private redis-server (``DJANGO_REDIS_LOCK_TEST_BROKER_URL``), its locks on
+the suite's Redis (``DJANGO_REDIS_LOCK_TEST_REDIS_URL``, through ``tests.settings``). The tasks
+say what they did on the locks' Redis (``tests/support/task_evidence.py``), and so do the
+releases of locks: ``released:<lock name>`` / ``force-released:<lock name>``, each release by
+its holder or by someone else (a worker's main process).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from celery.backends.redis import ResultConsumer
 
 from django_redis_lock import lock_force_released, lock_released, registry, single_instance
 from django_redis_lock.celery import GuardedTask
-from tests.task_evidence import evidence, run_celery_task
-from tests.task_workers import redelivering
+from tests.support.task_evidence import evidence, run_celery_task
+from tests.support.task_workers import redelivering
 
 
 def _no_collection_inside(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -61,7 +61,7 @@ if celery.VERSION < (5, 7):
 #: The lease of the guarded runs: short, so that a dead run frees its key soon.
 LEASE = 2.0
 
-app = Celery("tests.celery_app")
+app = Celery("tests.support.celery_app")
 app.conf.update(
     broker_url=os.environ.get("DJANGO_REDIS_LOCK_TEST_BROKER_URL", "redis://127.0.0.1:1/0"),
     result_backend=os.environ.get("DJANGO_REDIS_LOCK_TEST_BROKER_URL", "redis://127.0.0.1:1/0"),

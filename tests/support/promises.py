@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from django_redis_lock import Lock, LockLost, signals
-from tests.helpers import RENEWED_LEASE, renewed_after, wait_until
+from tests.support.helpers import RENEWED_LEASE, renewed_after, wait_until
 
 
 async def take_and_release(lock: Lock) -> bool:

@@ -16,7 +16,7 @@ from django_redis_lock.celery import GuardedTask
 
 # Celery's Django fixup runs django.setup() before it imports the tasks modules.
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings_celery_only")
-app = Celery("tests.celery_project")
+app = Celery("tests.support.celery_project")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
