@@ -1,4 +1,4 @@
-"""The Celery app of the suite's real workers (``tests/test_celery.py``, ``benchmarks/``).
+"""The Celery app of the suite's real workers (``tests/tasks/test_celery.py``, ``benchmarks/``).
 
 A worker runs ``celery -A tests.support.celery_app worker`` in a subprocess; its broker and
 result backend are a private redis-server (``DJANGO_REDIS_LOCK_TEST_BROKER_URL``), its locks on

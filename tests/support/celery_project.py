@@ -2,7 +2,7 @@
 settings (``CELERY_*``, ``tests/settings_celery_only.py``), and every installed app's ``tasks``
 module found by ``app.autodiscover_tasks()``, ``django_redis_lock.tasks`` among them. Its one
 task is guarded, to see the ``celery`` extra's guard work in a worker of such a project
-(``tests/test_without_tasks_extra.py``)."""
+(``tests/tasks/test_without_tasks_extra.py``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Jobs for a real RQ worker (``tests/test_single.py``): ``@single_instance`` in an RQ job takes
-the job's id as the start of its lock's token. The worker imports this module with
+"""Jobs for a real RQ worker (``tests/tasks/test_single.py``): ``@single_instance`` in an RQ
+job takes the job's id as the start of its lock's token. The worker imports this module with
 ``tests.settings``; the suite's own process has Django set up already."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""django.tasks tasks for the suite (``tests/test_tasks.py``), guarded by
+"""django.tasks tasks for the suite (``tests/tasks/test_tasks.py``), guarded by
 ``django_redis_lock.tasks`` and run by a real ``db_worker``; they say what they did as the
 Celery ones do (``tests/support/task_evidence.py``)."""
 

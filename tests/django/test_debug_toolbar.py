@@ -30,7 +30,7 @@ def toolbar(settings):
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, TOOLBAR]
     settings.DEBUG_TOOLBAR_CONFIG = {
         "IS_RUNNING_TESTS": False,
-        "SHOW_TOOLBAR_CALLBACK": "tests.test_debug_toolbar.show_toolbar",
+        "SHOW_TOOLBAR_CALLBACK": "tests.django.test_debug_toolbar.show_toolbar",
         # Panels fetched from the toolbar's store, as a browser does (older toolbars would
         # render them into the page under the test client's multi-process WSGI flag).
         "RENDER_PANELS": False,

@@ -16,9 +16,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from django_redis_lock.guards import double_submit
+from tests.django.test_admin_browser import keep_screenshots
+from tests.django.test_views import queued_for
 from tests.support.helpers import CHROMIUM_FLAGS, find_chromium, wait_until
-from tests.test_admin_browser import keep_screenshots
-from tests.test_views import queued_for
 from tests.testapp import views
 
 

@@ -153,7 +153,7 @@ def test_an_rq_jobs_lock_token_starts_with_the_jobs_id(broker_url, redis_url, re
          "single-instance"],
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
              "DJANGO_REDIS_LOCK_TEST_REDIS_URL": redis_url},
-        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2],
     )  # fmt: skip
     assert worker.returncode == 0, worker.stderr
     job.refresh()

@@ -18,7 +18,7 @@ from django_redis_lock import Lock, LockBackendError, Semaphore, acl_rule
 from django_redis_lock.registry import eviction_warnings
 from tests.conftest import django_redis_caches
 from tests.support.helpers import as_user, make_acl_user, run_async
-from tests.test_sentinel import sentinel_setup as sentinel_setup  # a fixture
+from tests.topologies.test_sentinel import sentinel_setup as sentinel_setup  # a fixture
 
 EVICTING = ["--maxmemory", "50mb", "--maxmemory-policy", "allkeys-lru"]
 MAY_EVICT = "may evict lock keys"

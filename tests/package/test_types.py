@@ -9,7 +9,7 @@ import pytest
 
 api = pytest.importorskip("mypy.api")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REVEALED = ROOT / "tests" / "typing" / "revealed.py"
 
 

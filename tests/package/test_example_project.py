@@ -29,7 +29,7 @@ from tests.support.helpers import (
     wait_for_exit,
 )
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "example_project"
+EXAMPLE = Path(__file__).resolve().parents[2] / "example_project"
 
 
 def demo_env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -248,7 +248,7 @@ def test_waiting_duplicate_gets_the_first_response(caplog):
         duplicates = [future.result(10) for future in waiting]
     # (The view ran twice in about 1 run of 125: a duplicate re-joined the queue before the
     # release's wake-up push and was granted the lock without "done". Forced deterministically
-    # in tests/test_handoff.py; the statuses and log say how, should it ever come back.)
+    # in tests/locks/test_handoff.py; the statuses and log say how, should it ever come back.)
     statuses = [response.status_code for response in (first, *duplicates)]
     assert views.runs["patient"] == 1, (statuses, caplog.text)
     assert first.status_code == 200

@@ -67,7 +67,7 @@ SHARED = {
     "post field": "post:team",
     "get field": "get:team",
     "callable": forwarded_for,
-    "dotted path": "tests.test_views_identities.forwarded_for",
+    "dotted path": "tests.django.test_views_identities.forwarded_for",
     "user_or_ip, anonymous": "user_or_ip",
     "session, none yet": "session",
 }

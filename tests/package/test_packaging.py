@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NEEDED = [
     "django_redis_lock/py.typed",
     "django_redis_lock/migrations/0001_initial.py",

@@ -563,7 +563,7 @@ def test_r8_wait_is_honoured(redis_client):
     assert elapsed >= 0.3  # the whole wait...
     # ...and not the default one (10 s): a loaded machine's scheduling is far less than 5 s.
     # (Each block's length to the millisecond, not rounded up to whole seconds, is asserted on
-    # a driven clock: test_core_flows.py, and test_waits.py for what is sent.)
+    # a driven clock: engine/test_core_flows.py, and test_waits.py for what is sent.)
     assert elapsed < 0.3 + 5
     assert holder.owned()
     holder.release()

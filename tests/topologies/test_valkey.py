@@ -35,7 +35,7 @@ from django_redis_lock.checks import check_cache, check_socket_timeout
 from django_redis_lock.primitives.keys import lock_keys
 from tests.support import factories, promises
 from tests.support.helpers import lease_token, wait_until
-from tests.test_without_tasks_extra import output_of
+from tests.tasks.test_without_tasks_extra import output_of
 
 VALKEY_CACHE = "django_valkey.cache.ValkeyCache"
 

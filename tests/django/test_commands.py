@@ -21,7 +21,7 @@ from tests.conftest import django_redis_caches
 from tests.support.helpers import hold_in_thread
 from tests.testapp.management.commands import lose_lock_job, quick_job
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def manage(

@@ -10,7 +10,7 @@ import pytest
 from django_redis_lock import aclose_async_redis_clients, checks
 from django_redis_lock.conf import SETTINGS
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_every_setting_is_documented_with_its_default():

@@ -1,6 +1,7 @@
 """The watchdog's schedule (``core/schedule.py``) on a clock of plain numbers: when leases fall
 due, how they are batched, what each result of a renewal means. No Redis and no waiting: the
-renewals themselves, against a real server, are in test_lock.py and test_lost_replies.py."""
+renewals themselves, against a real server, are in locks/test_lock.py and
+locks/test_lost_replies.py."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ from django_redis_lock import (
     signals,
 )
 from django_redis_lock.primitives.keys import lock_keys
+from tests.locks.test_lock_concurrency import PROCESSES, run_workers
 from tests.support import workers
 from tests.support.helpers import (
     RENEWED_LEASE,
@@ -40,7 +41,6 @@ from tests.support.helpers import (
 )
 from tests.support.proxy import HOLD_REPLIES, TcpProxy
 from tests.support.topologies import QUORUM_MEMBERS
-from tests.test_lock_concurrency import PROCESSES, run_workers
 
 MEMBERS = QUORUM_MEMBERS
 

@@ -21,7 +21,7 @@ from django_redis_lock.primitives.keys import lock_keys
 from tests.conftest import django_redis_caches
 from tests.support.helpers import free_port, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def hold_many(client, count, prefix="bulk"):
