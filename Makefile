@@ -15,7 +15,7 @@ PYENV_BINS := $(shell root=$$(pyenv root 2>/dev/null) && for v in "$$root"/versi
 
 help:
 	@echo "make demo   serve the example project on http://127.0.0.1:$(PORT)/ (make demo PORT=8001; embedded Redis unless REDIS_URL is set)"
-	@echo "make test   run the whole test suite against private redis-server processes, in 4 workers (SERVER=valkey: valkey-server; PYTEST_ARGS='tests/test_lock.py -x': a part; TEST_JOBS=0: one process)"
+	@echo "make test   run the whole test suite against private redis-server processes, in 4 workers (SERVER=valkey: valkey-server; PYTEST_ARGS='tests/locks/test_lock.py -x': a part; TEST_JOBS=0: one process)"
 	@echo "make simulate  a campaign of the protocol's simulation: 100,000 schedules per workload and topology, faults on (SCHEDULES=n WORKLOAD=w TOPOLOGY=t FAULTS=off; SEED=n replays one, with its trace)"
 	@echo "make docs   build the documentation site into site/, strictly (a broken link, anchor or API reference fails); make docs-serve: serve it on :8001 while editing"
 	@echo "make lint   ruff, mypy and the import contracts (lint-imports)"

@@ -2056,7 +2056,7 @@ def _log(message: str) -> None:
 
 @contextlib.contextmanager
 def private_redis() -> Iterator[str]:
-    from embedded_redis import EmbeddedRedis
+    from dev.embedded_redis import EmbeddedRedis
 
     server = EmbeddedRedis().start()
     try:
@@ -2145,7 +2145,7 @@ def _spawn_postgres(
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``postgres`` on a free loopback port, its socket in the cluster's directory (so
     never the machine's service); returns the process and the DSN."""
-    from embedded_redis import die_with_parent
+    from dev.embedded_redis import die_with_parent
 
     port = _free_port()
     command = [
@@ -2254,7 +2254,7 @@ def postgres_for(variants: Sequence[Variant], skipped: dict[str, str]) -> Iterat
 
 def run_on_valkey(ctx: Any, runnable: Sequence[Variant], params: Params, results: Results) -> None:
     """The contended run of every library again, on a private valkey-server."""
-    from embedded_redis import EmbeddedRedis, RedisServerNotFound, find_valkey_server
+    from dev.embedded_redis import EmbeddedRedis, RedisServerNotFound, find_valkey_server
 
     try:
         binary = find_valkey_server()

@@ -3,7 +3,7 @@
     make bench    # or: .venv/bin/python benchmarks/bench_faults.py [--quick] [--before REF]
                   #                                      [--scenario refuse|aof|none|aof-none]
 
-Each run: a private redis-server (``embedded_redis.EmbeddedRedis``, a fresh one per run), a
+Each run: a private redis-server (``dev.embedded_redis.EmbeddedRedis``, a fresh one per run), a
 proxy in front of it (``fault_proxy.FaultProxy``, in this process), and 6 worker processes that
 contend for one lock through the proxy for 30 s (``--quick``: 10 s). Each worker loops::
 
@@ -84,7 +84,7 @@ for path in (str(ROOT), str(HERE)):
 import bench_dead_waiter  # noqa: E402  (after the path set-up above)
 from fault_proxy import FaultProxy  # noqa: E402
 
-from embedded_redis import EmbeddedRedis  # noqa: E402
+from dev.embedded_redis import EmbeddedRedis  # noqa: E402
 
 RESULTS = HERE / "results-faults.md"
 LOCK_NAME = "bench:faults"

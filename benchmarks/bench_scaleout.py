@@ -106,7 +106,7 @@ class Servers:
 
 def _start_cluster(started: list[Any]) -> list[Any]:
     """Three primaries in cluster mode, slots split evenly (as the tests' cluster)."""
-    from embedded_redis import EmbeddedRedis, start_cluster
+    from dev.embedded_redis import EmbeddedRedis, start_cluster
 
     def start(**kwargs: Any) -> EmbeddedRedis:
         server = EmbeddedRedis(**kwargs).start()
@@ -118,7 +118,7 @@ def _start_cluster(started: list[Any]) -> list[Any]:
 
 @contextlib.contextmanager
 def private_servers() -> Iterator[Servers]:
-    from embedded_redis import EmbeddedRedis
+    from dev.embedded_redis import EmbeddedRedis
 
     started: list[Any] = []
     try:

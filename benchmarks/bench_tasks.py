@@ -189,7 +189,7 @@ def scenarios(
     import bench_tasks_app as bench_app
     import redis
 
-    from tests.task_workers import WorkerProcess
+    from tests.support.task_workers import WorkerProcess
 
     client = redis.Redis.from_url(redis_url)
     outcome: dict[str, dict[str, Scenario | str]] = {}
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     started = time.monotonic()
 
-    from embedded_redis import EmbeddedRedis
+    from dev.embedded_redis import EmbeddedRedis
 
     with (
         EmbeddedRedis() as broker,

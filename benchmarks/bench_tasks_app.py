@@ -3,8 +3,8 @@ by a real worker (``celery -A bench_tasks_app worker``, from this folder).
 
 Its broker, result backend and locks are private redis-servers named by the environment
 (``BENCH_BROKER_URL``, ``BENCH_REDIS_URL``); what each run did is written to the locks' Redis
-(``tests/task_evidence.py``). ``BENCH_VISIBILITY`` makes the broker deliver an unacknowledged
-message again after that many seconds.
+(``tests/support/task_evidence.py``). ``BENCH_VISIBILITY`` makes the broker deliver an
+unacknowledged message again after that many seconds.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ if not settings.configured:
 from celery import Celery, Task
 
 from django_redis_lock.celery import GuardedTask
-from tests.task_evidence import run_celery_task
-from tests.task_workers import redelivering
+from tests.support.task_evidence import run_celery_task
+from tests.support.task_workers import redelivering
 
 #: The run's lease for ours: a run that died frees its key within it.
 LEASE = 2.0

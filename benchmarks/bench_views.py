@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=HERE / "results-views.md")
     options = parser.parse_args(argv)
 
-    from embedded_redis import EmbeddedRedis
+    from dev.embedded_redis import EmbeddedRedis
 
     with EmbeddedRedis() as server:
         setup(server.url)

@@ -1,6 +1,6 @@
 """A TCP proxy in front of a redis-server that can cut every connection and refuse new ones.
 
-For ``bench_faults.py``. ``tests/proxy.py`` (the suite's) can lose replies and cut
+For ``bench_faults.py``. ``tests/support/proxy.py`` (the suite's) can lose replies and cut
 connections; this one adds what a fault campaign needs from the network: **refusing** new
 connections for a while, by no longer listening on its port (a client's ``connect()`` gets
 ``ECONNREFUSED`` at once, as from a server that is down), and listening again on the same port

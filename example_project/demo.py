@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-# embedded_redis.py lives at the checkout's root: a tool of this repository, not of the package.
+# dev/embedded_redis.py, under the checkout's root: a tool of this repository, not the package's.
 sys.path.insert(1, str(HERE.parent))
 
 
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         if env.get("REDIS_URL"):
             print(f"demo: using REDIS_URL={env['REDIS_URL']}")
         else:
-            from embedded_redis import EmbeddedRedis, RedisServerNotFound
+            from dev.embedded_redis import EmbeddedRedis, RedisServerNotFound
 
             try:
                 server = EmbeddedRedis(directory=options.redis_dir).start()

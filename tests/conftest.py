@@ -9,12 +9,13 @@
 - after every test, no key of ours in the session's database may be left without an expiry
   (``planted``: the keys a test wrote by hand, which are exempt).
 - ``redis_proxy``: the session's server behind a TCP proxy that can lose replies.
-- ``server_clock``: the scripts' clock, driven by the test (``tests/server_clock.py``), on the
-  session's server: scripts loaded with ``server_clock.script(name)`` see the time it sets.
+- ``server_clock``: the scripts' clock, driven by the test (``tests/support/server_clock.py``),
+  on the session's server: scripts loaded with ``server_clock.script(name)`` see the time it
+  sets.
 - ``broker_url``: a private redis-server of its own, the real task-queue workers' broker and
   result backend (never emptied between tests, so a worker started once serves many).
-- ``topology`` (``tests/topologies.py``): each test that takes it runs on one server, a Redis
-  Cluster and a quorum; ``on_cluster`` and ``quorum`` set up one of them.
+- ``topology`` (``tests/support/topologies.py``): each test that takes it runs on one server,
+  a Redis Cluster and a quorum; ``on_cluster`` and ``quorum`` set up one of them.
 
 ``TEST_REDIS_USER=locks`` runs the locks as a Redis user with exactly the ACL rule they
 document (``locks_url``).
@@ -36,18 +37,24 @@ import pytest
 import redis
 from django.test import override_settings
 
+from dev.embedded_redis import (
+    EmbeddedRedis,
+    RedisServerNotFound,
+    find_redis_server,
+    find_valkey_server,
+    start_cluster,
+)
 from django_redis_lock import acl_rule
-from embedded_redis import EmbeddedRedis, find_redis_server, find_valkey_server, start_cluster
-from tests.helpers import (  # (tests import it from here)
+from tests.support.helpers import (  # (tests import it from here)
     as_user,
     django_redis_caches,
     keys_without_ttl,
     make_acl_user,
     refused_by_acl,
 )
-from tests.proxy import TcpProxy
-from tests.server_clock import DrivenClock
-from tests.topologies import on_cluster, quorum, topology  # noqa: F401 (fixtures)
+from tests.support.proxy import TcpProxy
+from tests.support.server_clock import DrivenClock
+from tests.support.topologies import on_cluster, quorum, topology  # noqa: F401 (fixtures)
 
 ServerFactory = Callable[..., EmbeddedRedis]
 SERVERS = {"redis": find_redis_server, "valkey": find_valkey_server}
@@ -65,7 +72,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> str:
     if os.environ.get("REDIS_URL"):
         return f"server: REDIS_URL={os.environ['REDIS_URL']}"
-    binary = find_redis_server()
+    try:
+        binary = find_redis_server()
+    except RedisServerNotFound:  # tests/engine needs none
+        return "server: none found (only the tests that need no server can run)"
     version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
     return f"server: {version.strip()} ({binary})"
 
@@ -165,7 +175,7 @@ def _every_key_of_ours_expires(_session_client: redis.Redis) -> Iterator[set[str
 
 @pytest.fixture
 def server_clock(redis_client: redis.Redis) -> DrivenClock:
-    """The scripts' clock, driven by the test (``tests/server_clock.py``)."""
+    """The scripts' clock, driven by the test (``tests/support/server_clock.py``)."""
     return DrivenClock(redis_client)
 
 

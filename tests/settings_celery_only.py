@@ -1,8 +1,8 @@
 """``tests.settings`` as a project that installed only the ``celery`` extra has them
-(``tests/test_without_tasks_extra.py``): no ``tests.testapp``, whose ``tasks`` module defines
+(``tests/tasks/test_without_tasks_extra.py``): no ``tests.testapp``, whose ``tasks`` module defines
 django.tasks tasks, and Celery configured from Django's settings, as Celery's guide to Django
-does it (``tests/celery_project.py``). Run where the django-tasks packages cannot be imported,
-``tests.settings`` leaves ``TASKS`` out."""
+does it (``tests/support/celery_project.py``). Run where the django-tasks packages cannot be
+imported, ``tests.settings`` leaves ``TASKS`` out."""
 
 import os
 

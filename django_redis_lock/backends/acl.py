@@ -3,8 +3,8 @@
 Two uses of one table: the least-privilege ACL rule for a Redis user of the locks alone
 (:func:`acl_rule`, printed by ``manage.py redis_locks acl``), and, when a server refuses a
 command (an ACL without it, a managed service that renamed or disabled it), the error that names
-what needs it (:func:`needed_for`). ``tests/test_acl.py`` runs the locks, semaphores, views and
-admin as a user with exactly this rule and finds nothing refused.
+what needs it (:func:`needed_for`). ``tests/topologies/test_acl.py`` runs the locks,
+semaphores, views and admin as a user with exactly this rule and finds nothing refused.
 
 The commands inside the Lua scripts are here too: an ACL applies to what a script calls.
 """

@@ -9,8 +9,9 @@ an event is an append (``buffer.py``); a timer adds them up each second into cou
 ``Counter`` would write, made by ``prometheus_client.values.ValueClass`` under the same keys
 (the metric's name, the sample's name, its labels, with ``le`` for a bucket). That layout is the
 one thing taken from ``prometheus_client`` beyond its documented API; a test writes the same
-events both ways and compares what the collector reads (tests/test_metrics_buffer.py), in the
-oldest ``prometheus_client`` we admit and the newest.
+events both ways and compares what the collector reads
+(tests/metrics/test_metrics_buffer.py), in the oldest ``prometheus_client`` we admit and the
+newest.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from dev.embedded_redis import EmbeddedRedis, start_cluster
 from django_redis_lock.backends.scripts import Script
-from embedded_redis import EmbeddedRedis, start_cluster
 
 from .cluster import ClusterWorld
 from .quorum import QuorumWorld

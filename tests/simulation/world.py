@@ -9,9 +9,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from dev.embedded_redis import EmbeddedRedis
 from django_redis_lock.backends import ServerBackend
 from django_redis_lock.backends.scripts import Script
-from embedded_redis import EmbeddedRedis
 
 from .server import CLOCK_PREFIX, Observed, SimulatedServer, simulated_scripts
 

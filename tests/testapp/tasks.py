@@ -1,13 +1,13 @@
-"""django.tasks tasks for the suite (``tests/test_tasks.py``), guarded by
+"""django.tasks tasks for the suite (``tests/tasks/test_tasks.py``), guarded by
 ``django_redis_lock.tasks`` and run by a real ``db_worker``; they say what they did as the
-Celery ones do (``tests/task_evidence.py``)."""
+Celery ones do (``tests/support/task_evidence.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django_redis_lock.tasks import guarded
-from tests.task_evidence import run
+from tests.support.task_evidence import run
 
 try:
     from django.tasks import task

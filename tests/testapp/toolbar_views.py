@@ -1,5 +1,5 @@
 """A view that takes a lock of each outcome, for the Debug Toolbar panel's tests
-(``tests/test_debug_toolbar.py``)."""
+(``tests/django/test_debug_toolbar.py``)."""
 
 import contextlib
 

@@ -1,5 +1,5 @@
-"""Checked by mypy in tests/test_types.py: each ``reveal_type`` line ends with the type mypy
-must reveal, after ``# ->``. Never run."""
+"""Checked by mypy in tests/package/test_types.py: each ``reveal_type`` line ends with the
+type mypy must reveal, after ``# ->``. Never run."""
 # ruff: noqa: F821 - reveal_type is mypy's, not a name to import
 
 from django_redis_lock import (
