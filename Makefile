@@ -87,17 +87,18 @@ $(VENV)/.installed-bench: setup.cfg pyproject.toml | $(BIN)/python
 		echo "bench: redis-fifo-lock did not install; it will show as n/a" >&2
 	@touch $@
 
+# Each script runs as a module from here, the repository's root (benchmarks/README.md).
 bench: $(VENV)/.installed-bench
-	$(BIN)/python benchmarks/bench.py
-	$(BIN)/python benchmarks/bench_views.py
-	$(BIN)/python benchmarks/bench_admin.py
-	$(BIN)/python benchmarks/bench_scaleout.py
-	$(BIN)/python benchmarks/bench_renewal.py
-	$(BIN)/python benchmarks/bench_tasks.py
-	$(BIN)/python benchmarks/bench_semaphore.py
-	$(BIN)/python benchmarks/bench_dead_waiter.py
-	$(BIN)/python benchmarks/bench_faults.py
-	$(BIN)/python benchmarks/bench_metrics.py
+	$(BIN)/python -m benchmarks.bench
+	$(BIN)/python -m benchmarks.bench_views
+	$(BIN)/python -m benchmarks.bench_admin
+	$(BIN)/python -m benchmarks.bench_scaleout
+	$(BIN)/python -m benchmarks.bench_renewal
+	$(BIN)/python -m benchmarks.bench_tasks
+	$(BIN)/python -m benchmarks.bench_semaphore
+	$(BIN)/python -m benchmarks.bench_dead_waiter
+	$(BIN)/python -m benchmarks.bench_faults
+	$(BIN)/python -m benchmarks.bench_metrics
 
 clean:
 	rm -rf $(VENV) .tox build dist site *.egg-info example_project/.redis example_project/db.sqlite3

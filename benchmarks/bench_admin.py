@@ -1,6 +1,6 @@
 """The admin Locks page on a busy Redis: 100,000 unrelated keys and 1,000 locks.
 
-    .venv/bin/python benchmarks/bench_admin.py [--keys N] [--locks N] [--output PATH]
+    .venv/bin/python -m benchmarks.bench_admin [--keys N] [--locks N] [--output PATH]
 
 Reports the time to render one page of 100 locks (the view and its template, no HTTP), and the
 longest single SCAN call the server saw (SLOWLOG, with every command logged). Targets: a page in
@@ -16,8 +16,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from benchmarks.harness.servers import EmbeddedRedis
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
 
 urlpatterns: list = []
 
@@ -69,8 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--renders", type=int, default=50)
     parser.add_argument("--output", type=Path, default=HERE / "results-admin.md")
     options = parser.parse_args(argv)
-
-    from dev.embedded_redis import EmbeddedRedis
 
     with EmbeddedRedis() as server:
         setup(server.url)

@@ -1,13 +1,13 @@
 """A waiter that dies while queued: how long the live waiter behind it waits for the lock.
 
-    make bench    # or: .venv/bin/python benchmarks/bench_dead_waiter.py [--quick] [--before REF]
+    make bench    # or: .venv/bin/python -m benchmarks.bench_dead_waiter [--quick] [--before REF]
 
-One private redis-server (``bench.private_redis``). Each trial: this process holds a lock
+One private redis-server (``harness.servers.private_redis``). Each trial: this process holds a lock
 (``Lock(name)``, the default renewed lease); a first waiter process queues for it, then a second
-(``Lock(name, wait=60).acquire()``, each a process of its own); the first waiter is SIGKILLed;
-the holder releases, and the second waiter reports when it has the lock (``time.monotonic()``,
-which is one clock for every process of the machine). Measured: kill -> the live waiter holds the
-lock, in two cases:
+(``Lock(name, wait=60).acquire()``, each a process of its own); the first waiter is SIGKILLed; the
+holder releases, and the second waiter reports when it has the lock (``time.monotonic()``, which is
+one clock for every process of the machine). Measured: kill -> the live waiter holds the lock, in
+two cases:
 
 - **release at once**: the holder releases right after the kill (a fault that kills waiters
   while the lock is busy: a worker killed, a connection cut);
@@ -30,23 +30,18 @@ import datetime
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
+from benchmarks.harness.machine import ROOT, worktree_at
+from benchmarks.harness.servers import private_redis
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for path in (str(ROOT), str(HERE)):
-    if path not in sys.path:
-        sys.path.insert(0, path)
-
-import bench  # noqa: E402  (after the path set-up above)
-
 RESULTS = HERE / "results-dead-waiter.md"
 LATE_MARGIN = 0.2  # "release late": this long before the dead waiter's liveness deadline
 
@@ -127,7 +122,7 @@ def server_ms(admin: redis.Redis) -> int:
 
 def trial(tree: Tree, url: str, number: int, late: bool) -> float:
     """One trial; returns kill -> the live waiter holds the lock, seconds. Runs in a child
-    process of its own for ``tree``'s package (``holder.py`` below)."""
+    process of its own for ``tree``'s package (the script ``HOLDER``)."""
     name = f"bench:dead-waiter:{number}:{int(late)}"
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(tree.root), url, name, "1" if late else "0"],
@@ -146,13 +141,13 @@ def trial(tree: Tree, url: str, number: int, late: bool) -> float:
 
 # The holder, in a process of its own for the tree under test (it imports that tree's package):
 # takes the lock, starts the two waiters, kills the first, releases (at once, or late), and
-# prints kill -> the second has the lock.
+# prints kill -> the second has the lock. Its helpers are this module's, from this work tree
+# (ROOT_DIR), which goes first on the path only once that tree's package is imported.
 HOLDER = textwrap.dedent(
     """
     import os, signal, subprocess, sys, time
     root, url, name, late = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
     sys.path.insert(0, root)
-    sys.path.insert(0, BENCH_DIR)
     import django
     from django.conf import settings
     settings.configure(
@@ -163,7 +158,8 @@ HOLDER = textwrap.dedent(
     import redis
     from pathlib import Path
     from django_redis_lock import Lock
-    import bench_dead_waiter as b
+    sys.path.insert(0, ROOT_DIR)
+    from benchmarks import bench_dead_waiter as b
     admin = redis.Redis.from_url(url)
     lock = Lock(name)
     assert lock.acquire(wait=0)
@@ -188,25 +184,7 @@ HOLDER = textwrap.dedent(
     assert said == "acquired", said
     print("result", float(when) - killed, flush=True)
     """
-).replace("BENCH_DIR", repr(str(HERE)))
-
-
-@contextlib.contextmanager
-def worktree_at(ref: str) -> Iterator[Path]:
-    """The package as it was at git ``ref``: a temporary worktree, removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix="bench-before-") as directory:
-        path = Path(directory) / "tree"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), ref],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        try:
-            yield path
-        finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
-                check=False, capture_output=True,
-            )  # fmt: skip
+).replace("ROOT_DIR", repr(str(ROOT)))
 
 
 def run(trees: Sequence[Tree], url: str, trials: int) -> None:
@@ -254,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         trees = [Tree("this tree", ROOT)]
         if args.before:
             trees.append(Tree(f"at {args.before}", stack.enter_context(worktree_at(args.before))))
-        url = stack.enter_context(bench.private_redis())
+        url = stack.enter_context(private_redis())
         run(trees, url, trials)
     text = report(trees, trials)
     RESULTS.write_text(text)

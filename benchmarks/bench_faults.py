@@ -1,11 +1,12 @@
 """Faults that cut off queued waiters while Redis keeps its data: the lock under load.
 
-    make bench    # or: .venv/bin/python benchmarks/bench_faults.py [--quick] [--before REF]
-                  #                                      [--scenario refuse|aof|none|aof-none]
+    make bench    # or: .venv/bin/python -m benchmarks.bench_faults [--quick] [--before REF]
+                  #                                        [--scenario refuse|aof|none|aof-none]
 
-Each run: a private redis-server (``dev.embedded_redis.EmbeddedRedis``, a fresh one per run), a
-proxy in front of it (``fault_proxy.FaultProxy``, in this process), and 6 worker processes that
-contend for one lock through the proxy for 30 s (``--quick``: 10 s). Each worker loops::
+Each run: a private redis-server (``harness.servers.EmbeddedRedis``, a fresh one per run),
+a proxy in front of it (``harness.fault_proxy.FaultProxy``, in this process), and 6 worker
+processes that contend for one lock through the proxy for 30 s (``--quick``: 10 s). Each worker
+loops::
 
     with Lock("bench:faults", wait=2):     # a new Lock object each time, as a view would
         INCR inside; != 1 is an overlap; sleep 0.5 ms; DECR inside
@@ -75,17 +76,11 @@ from typing import Any
 
 import redis
 
+from benchmarks.harness.fault_proxy import FaultProxy
+from benchmarks.harness.machine import ROOT, worktree_at
+from benchmarks.harness.servers import EmbeddedRedis
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for path in (str(ROOT), str(HERE)):
-    if path not in sys.path:
-        sys.path.insert(0, path)
-
-import bench_dead_waiter  # noqa: E402  (after the path set-up above)
-from fault_proxy import FaultProxy  # noqa: E402
-
-from dev.embedded_redis import EmbeddedRedis  # noqa: E402
-
 RESULTS = HERE / "results-faults.md"
 LOCK_NAME = "bench:faults"
 INSIDE_KEY = "bench:faults:inside"
@@ -503,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         trees = [Tree("this tree", ROOT)]
         if args.before:
-            worktree = stack.enter_context(bench_dead_waiter.worktree_at(args.before))
+            worktree = stack.enter_context(worktree_at(args.before))
             trees.append(Tree(f"at {args.before}", worktree))
         version = redis_version()
         run_all(trees, scenarios, seconds)

@@ -1,17 +1,17 @@
 """Metrics: what the instruments cost an acquisition, and how long a scrape of the gauges
 takes on a Redis with many keys.
 
-    make bench                      # or: .venv/bin/python benchmarks/bench_metrics.py [--quick]
+    make bench                      # or: .venv/bin/python -m benchmarks.bench_metrics [--quick]
 
-One private redis-server (``bench.private_redis``). Two parts:
+One private redis-server (``harness.servers.private_redis``). Two parts:
 
 1. *Per acquisition*: one process takes and releases a free ``Lock`` (the default, renewed
    lease) over and over, in round-robin blocks of 200 cycles, with the metrics off, with the
    Prometheus exporter on, and with the OpenTelemetry one on (an SDK meter provider with an
    in-memory reader): the median of the blocks' client CPU time per cycle
    (``time.process_time_ns``; the server's time is not in it) and wall time per cycle, and
-   the requests each cycle sends (``bench.RequestCounter``). Two blocks of "off" per round
-   (A and B) show the noise floor: what "no measurable cost" is measured against. Off, the
+   the requests each cycle sends (``harness.records.RequestCounter``). Two blocks of "off" per
+   round (A and B) show the noise floor: what "no measurable cost" is measured against. Off, the
    hooks are an empty-list check each (``reports.py``); its cost is timed on its own too.
    The exporters append their events on the lock's path and add them up when read
    (``metrics/buffer.py``): after each block, that ``settle()`` is timed too, per cycle.
@@ -44,14 +44,13 @@ from typing import Any
 
 import redis
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for path in (str(ROOT), str(HERE)):
-    if path not in sys.path:
-        sys.path.insert(0, path)
+from benchmarks.harness.machine import ROOT
+from benchmarks.harness.records import RequestCounter
+from benchmarks.harness.rivals import configure_django
+from benchmarks.harness.servers import private_redis
+from benchmarks.harness.uncontended import median_ping_us
 
-import bench  # noqa: E402
-from bench import RequestCounter  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -242,10 +241,12 @@ def multiprocess_part(url: str, params: Params) -> dict[str, dict[str, dict[str,
     with tempfile.TemporaryDirectory(dir=SHM) as directory:
         env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": directory}
         command = [
-            sys.executable, __file__, "--multiprocess-part", url,
+            sys.executable, "-m", "benchmarks.bench_metrics", "--multiprocess-part", url,
             "--rounds", str(params.rounds), "--hook-repeats", str(params.hook_repeats),
         ]  # fmt: skip
-        done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+        done = subprocess.run(
+            command, cwd=ROOT, env=env, check=True, capture_output=True, text=True
+        )
     return json.loads(done.stdout)
 
 
@@ -421,13 +422,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.hook_repeats:
         params = replace(params, hook_repeats=options.hook_repeats)
     if options.multiprocess_part:  # the child multiprocess_part() starts: JSON to stdout
-        bench.configure_django(options.multiprocess_part)
+        configure_django(options.multiprocess_part)
         cycles, hooks = per_acquisition(params, True), hook_costs(params, True)
         print(json.dumps({"cycles": cycles, "hooks": hooks}))
         return 0
-    with bench.private_redis() as url:
-        bench.configure_django(url)
-        ping_us = bench.median_ping_us(url)
+    with private_redis() as url:
+        configure_django(url)
+        ping_us = median_ping_us(url)
         costs = per_acquisition(params)
         hooks = hook_costs(params)
         multiprocess = multiprocess_part(url, params)

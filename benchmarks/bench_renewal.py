@@ -1,15 +1,15 @@
 """Renewal at scale: one process holds N auto-renewed locks; what keeping them alive costs.
 
-    make bench                       # or: .venv/bin/python benchmarks/bench_renewal.py [--quick]
+    make bench                       # or: .venv/bin/python -m benchmarks.bench_renewal [--quick]
 
-One private redis-server (``bench.private_redis``, as ``bench.py``). For each N (1,000 and
-10,000; ``--quick``: 1,000), this process takes N locks, ``Lock(f"renew:{i}", timeout=3,
+One private redis-server (``harness.servers.private_redis``, as ``bench.py``). For each N (1,000
+and 10,000; ``--quick``: 1,000), this process takes N locks, ``Lock(f"renew:{i}", timeout=3,
 auto_renew=True)``, keeps every ``Lock`` referenced, and once all are held measures a window of
 10 s (``--quick``: 4 s) in which it does nothing but let the watchdog (``renewal.py``: daemon
 threads of this same process) renew them. Over the window:
 
 - the process's CPU time (``time.process_time()``: every thread of it) as a share of one core;
-- the requests it sent: ``bench.RequestCounter`` wraps redis-py's
+- the requests it sent: ``harness.records.RequestCounter`` wraps redis-py's
   ``AbstractConnection.send_packed_command``, so one call is one round trip (a pipeline is one);
 - the leases renewed, counted by the server: ``INFO commandstats`` ``PEXPIRE`` calls over the
   window. While the locks are only held (no waiter, no release), the one thing that runs
@@ -45,14 +45,14 @@ from typing import Any
 
 import redis
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for path in (str(ROOT), str(HERE)):  # the work tree's package; bench.py next to this file
-    if path not in sys.path:
-        sys.path.insert(0, path)
+from benchmarks.harness.machine import describe_machine, log
+from benchmarks.harness.markdown import fmt, heading, md_table, na_row
+from benchmarks.harness.records import RequestCounter, WorkConnection, command_calls, server_cpu
+from benchmarks.harness.rivals import configure_django
+from benchmarks.harness.servers import private_redis
+from benchmarks.harness.variants import VARIANT_BY_KEY, unavailable_reason
 
-import bench  # noqa: E402  (after the path set-up above)
-from bench import RequestCounter, WorkConnection, server_cpu  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ class Renewal:
 
 
 def _commands(admin: redis.Redis, *names: str) -> dict[str, int]:
-    calls = bench.command_calls(admin)
+    calls = command_calls(admin)
     return {name: calls.get(name, 0) for name in names}
 
 
@@ -340,7 +340,7 @@ def renewal_table(results: Results) -> list[str]:
     ]
     rows = []
     for library, reason in results.skipped.items():
-        rows.append(bench._na_row(TITLES[library], reason, len(header)))
+        rows.append(na_row(TITLES[library], reason, len(header)))
     for r in results.runs:
         title = TITLES[r.library]
         if r.error:
@@ -355,18 +355,18 @@ def renewal_table(results: Results) -> list[str]:
             [
                 title,
                 f"{r.locks:,}",
-                bench._f(r.acquire_s, 2),
+                fmt(r.acquire_s, 2),
                 _percent(r.cpu_share),
-                bench._f(r.renewals_per_s),
-                bench._f(r.cpu_us_per_renewal, 1),
-                bench._f(r.round_trips_per_cycle, 2),
-                bench._f(r.leases_per_round_trip, 1),
+                fmt(r.renewals_per_s),
+                fmt(r.cpu_us_per_renewal, 1),
+                fmt(r.round_trips_per_cycle, 2),
+                fmt(r.leases_per_round_trip, 1),
                 f"{r.script_calls:,}",
                 _percent(r.server_cpu_share),
                 lost,
             ]
         )
-    return bench._table(header, rows)
+    return md_table(header, rows)
 
 
 @dataclass(frozen=True)
@@ -417,7 +417,7 @@ def targets_table(results: Results) -> list[str]:
                 detail, met = target.check(run)
                 cells.append(f"{'✅ met' if met else '❌ missed'}: {detail}")
         rows.append(cells)
-    return bench._table(header, rows)
+    return md_table(header, rows)
 
 
 def render(results: Results) -> str:
@@ -429,9 +429,7 @@ def render(results: Results) -> str:
             + ", ".join(f"{n:,}" for n in p.others_counts)
             + " locks only."
         )
-    lines = bench.heading(
-        ": renewal at scale", "bench_renewal.py", results.seconds, results.machine
-    )
+    lines = heading(": renewal at scale", "bench_renewal.py", results.seconds, results.machine)
     lines += [
         "",
         "## Holding N auto-renewed locks in one process",
@@ -484,34 +482,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     params = QUICK if args.quick else FULL
     skipped = {}
     for library, variant in ((OURS, "ours"), (PRL, "python_redis_lock")):
-        reason = bench.unavailable_reason(bench.VARIANT_BY_KEY[variant])
+        reason = unavailable_reason(VARIANT_BY_KEY[variant])
         if reason is not None:
             skipped[library] = reason
-            bench._log(f"renewal: {library}: n/a ({reason})")
+            log(f"renewal: {library}: n/a ({reason})")
     began = time.monotonic()
-    with bench.private_redis() as url:
-        bench.configure_django(url)
+    with private_redis() as url:
+        configure_django(url)
         admin = redis.Redis.from_url(url)
-        results = Results(params, bench.describe_machine(admin), skipped)
+        results = Results(params, describe_machine(admin), skipped)
         plan = [(OURS, n) for n in params.counts] + [(PRL, n) for n in params.others_counts]
         warm: set[str] = set()
         for library, count in plan:
             if library in skipped:
                 continue
             if library not in warm:
-                bench._log(f"renewal: {library}, warm-up")
+                log(f"renewal: {library}, warm-up")
                 warm_up(library, url, params)
                 warm.add(library)
-            bench._log(f"renewal: {library}, {count:,} locks")
+            log(f"renewal: {library}, {count:,} locks")
             run = measure(library, url, count, params)
             results.runs.append(run)
             if run.error:
-                bench._log(f"renewal: {library}, {count:,} locks: {run.error}")
+                log(f"renewal: {library}, {count:,} locks: {run.error}")
     results.seconds = time.monotonic() - began
     report = render(results)
     args.output.write_text(report)
     print(report)
-    bench._log(f"renewal: done in {results.seconds:.0f} s; written to {args.output}")
+    log(f"renewal: done in {results.seconds:.0f} s; written to {args.output}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """The lock on one server, on a Redis Cluster, and in quorum mode (3 servers), side by side.
 
-    .venv/bin/python benchmarks/bench_scaleout.py [--quick] [--output PATH]
-    .venv/bin/python benchmarks/bench_scaleout.py --profile 5000 [--profile-variant single]
+    .venv/bin/python -m benchmarks.bench_scaleout [--quick] [--output PATH]
+    .venv/bin/python -m benchmarks.bench_scaleout --profile 5000 [--profile-variant single]
 
 Seven private ``redis-server`` processes (``EmbeddedRedis``, loopback): one on its own (cache
 alias ``default``), three forming a Redis Cluster (3 primaries, slots split evenly, reached
@@ -20,8 +20,9 @@ forming the quorum ``redlock`` (``DJANGO_REDIS_LOCK_QUORUMS``, cache aliases q0,
 2. ``run_contended``: 4 processes fight for one lock in each mode, with a tiny critical section
    (INCR an overlap detector, GET + SET a counter, DECR: 4 round trips to the single server,
    no sleep); rounds again, modes interleaved. Handoff = another worker's acquisition minus the
-   previous release (``bench.summarize_contended``). In quorum mode a release wakes nobody:
-   waiters look again after a random 5-30 ms (``quorum/``), so handoffs are slower.
+   previous release (``harness.contention.summarize_contended``). In quorum mode a release
+   wakes nobody: waiters look again after a random 5-30 ms (``quorum/``), so handoffs are
+   slower.
 
 Target (issue #7): quorum cycle at most 1.5x the single-server cycle. Results go to
 ``benchmarks/results-scaleout.md`` (and stdout). ``--profile N`` instead runs N cycles of one
@@ -53,14 +54,12 @@ from typing import Any
 
 import redis
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for path in (str(ROOT), str(HERE)):  # the work tree's package; bench.py next to this file
-    if path not in sys.path:
-        sys.path.insert(0, path)
+from benchmarks.harness.contention import Contended, contend, stop_process, summarize_contended
+from benchmarks.harness.machine import cpu_model, git
+from benchmarks.harness.records import RequestCounter, WorkConnection, percentile, server_cpu
+from benchmarks.harness.servers import EmbeddedRedis, start_cluster
 
-import bench  # noqa: E402  (after the path set-up above)
-from bench import Contended, RequestCounter, WorkConnection, percentile, server_cpu  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,6 @@ class Servers:
 
 def _start_cluster(started: list[Any]) -> list[Any]:
     """Three primaries in cluster mode, slots split evenly (as the tests' cluster)."""
-    from dev.embedded_redis import EmbeddedRedis, start_cluster
 
     def start(**kwargs: Any) -> EmbeddedRedis:
         server = EmbeddedRedis(**kwargs).start()
@@ -118,8 +116,6 @@ def _start_cluster(started: list[Any]) -> list[Any]:
 
 @contextlib.contextmanager
 def private_servers() -> Iterator[Servers]:
-    from dev.embedded_redis import EmbeddedRedis
-
     started: list[Any] = []
     try:
         single = EmbeddedRedis().start()
@@ -419,15 +415,15 @@ def _cs_keys(mode: str) -> tuple[str, str]:
 def contended_worker(
     urls: dict[str, Any], mode: str, worker: int, params: Params, ready: Any, go: Any, out: Any
 ) -> None:
-    """One contending process (``bench.contend``, critical section without sleep). Sends back
-    (worker, report) on ``out``."""
+    """One contending process (``harness.contention.contend``, critical section without
+    sleep). Sends back (worker, report) on ``out``."""
     try:
         configure_django(urls)
         from django_redis_lock import Lock
 
         lock = Lock(f"bench:scaleout:contended:{mode}", wait=params.wait, using=ALIAS[mode])
         work = redis.Redis.from_url(urls["single"], connection_class=WorkConnection)
-        report = bench.contend(lock, work, _cs_keys(mode), params.seconds, 0, ready, go)
+        report = contend(lock, work, _cs_keys(mode), params.seconds, 0, ready, go)
         out.put((worker, report))
     except BaseException as exc:
         out.put((worker, {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}))
@@ -439,14 +435,6 @@ def process_context() -> Any:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["django", "django.core.cache", "redis", "django_redis_lock"])
     return ctx
-
-
-def _stop(process: Any) -> None:
-    """End one of our own worker processes, by its pid."""
-    process.join(timeout=5)
-    if process.is_alive():
-        process.kill()
-        process.join(timeout=5)
 
 
 def run_contended(
@@ -484,37 +472,29 @@ def run_contended(
         cpu_seconds = sum(server_cpu(admin) for admin in admins) - cpu_before
     finally:
         for process in processes:
-            _stop(process)
+            stop_process(process)
     errors = [report["error"] for report in reports.values() if "error" in report]
     if errors or len(reports) < params.workers:
         missing = params.workers - len(reports)
         detail = errors[0].splitlines()[0] if errors else f"{missing} worker(s) never reported"
         print(errors[0] if errors else detail, file=sys.stderr)
         return Contended(error=detail)
-    return bench.summarize_contended(reports, cpu_seconds, int(work.get(counter_key) or 0))
+    return summarize_contended(reports, cpu_seconds, int(work.get(counter_key) or 0))
 
 
 # -- the machine ---------------------------------------------------------------------------
-
-
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def describe_machine(single_url: str) -> dict[str, str]:
     import django
 
     version = redis.Redis.from_url(single_url).info("server")["redis_version"]
-    commit = bench._git("rev-parse", "--short", "HEAD") or "unknown"
-    if bench._git("status", "--porcelain", "--", "django_redis_lock"):
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--", "django_redis_lock"):
         commit += " + uncommitted changes in django_redis_lock/"
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "CPU": _cpu_model(),
+        "CPU": cpu_model(),
         "cores": str(os.cpu_count()),
         "OS": f"{platform.system()} {platform.release()}",
         "Python": platform.python_version(),

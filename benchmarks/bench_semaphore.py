@@ -1,14 +1,14 @@
 """Semaphore: what a permit costs beside a lock, and how 12 workers share 3 permits; and what
 ``lock_many`` costs beside taking the same locks one by one.
 
-    make bench                      # or: .venv/bin/python benchmarks/bench_semaphore.py [--quick]
+    make bench                      # or: .venv/bin/python -m benchmarks.bench_semaphore [--quick]
 
-One private redis-server (``bench.private_redis``). Three parts:
+One private redis-server (``harness.servers.private_redis``). Three parts:
 
 1. *Uncontended*: ``Semaphore(name, limit=3)`` and ``Lock(name)`` (both with the default,
    renewed lease) each acquired and released over and over by one process, in round-robin
    blocks of 100 so that a noisy neighbour hurts both alike. Requests are counted on every
-   redis-py connection (``bench.RequestCounter``: one call, one round trip), for the
+   redis-py connection (``harness.records.RequestCounter``: one call, one round trip), for the
    acquisition and the release apart.
 2. *Contended*: 12 processes (forkserver) for 10 s (``--quick``: 4 s) take a permit of one
    ``Semaphore(limit=3)``, run a critical section (an ``INCR`` of a server-side counter on
@@ -39,14 +39,13 @@ from typing import Any
 
 import redis
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for path in (str(ROOT), str(HERE)):
-    if path not in sys.path:
-        sys.path.insert(0, path)
+from benchmarks.harness.contention import process_context
+from benchmarks.harness.records import RequestCounter, WorkConnection, jain, percentile
+from benchmarks.harness.rivals import configure_django
+from benchmarks.harness.servers import private_redis
+from benchmarks.harness.uncontended import median_ping_us
 
-import bench  # noqa: E402
-from bench import RequestCounter, WorkConnection, jain, percentile  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 LIMIT = 3
 WORKERS = 12
@@ -163,7 +162,7 @@ def many(params: Params) -> list[dict[str, Any]]:
 
 def worker(url: str, index: int, seconds: float, ready: Any, go: Any, out: Any) -> None:
     try:
-        bench.configure_django(url)
+        configure_django(url)
         from django_redis_lock import Semaphore
 
         work = redis.Redis.from_url(url, connection_class=WorkConnection)
@@ -192,7 +191,7 @@ def worker(url: str, index: int, seconds: float, ready: Any, go: Any, out: Any) 
 
 
 def contended(url: str, params: Params) -> dict[str, Any]:
-    ctx = bench.process_context()
+    ctx = process_context()
     ready, go, out = ctx.Barrier(WORKERS + 1), ctx.Event(), ctx.Queue()
     processes = [
         ctx.Process(target=worker, args=(url, index, params.seconds, ready, go, out))
@@ -310,9 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=HERE / "results-semaphore.md")
     options = parser.parse_args(argv)
     params = QUICK if options.quick else Params()
-    with bench.private_redis() as url:
-        bench.configure_django(url)
-        ping_us = bench.median_ping_us(url)
+    with private_redis() as url:
+        configure_django(url)
+        ping_us = median_ping_us(url)
         calm = uncontended(params)
         busy = contended(url, params)
         groups = many(params)

@@ -2,7 +2,7 @@
 dies or the broker delivers a message twice; ours (``GuardedTask``), celery-once's
 ``QueueOnce`` and celery-singleton's ``Singleton`` side by side, in one run.
 
-    .venv/bin/python benchmarks/bench_tasks.py [--calls N] [--repetitions N] [--others N]
+    .venv/bin/python -m benchmarks.bench_tasks [--calls N] [--repetitions N] [--others N]
 
 1. ``delay()`` with no worker running, each call a new key (so each one is published), then
    again with a key already queued (a duplicate): Redis round trips per call (counted on every
@@ -38,9 +38,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness.machine import ROOT
+from benchmarks.harness.servers import EmbeddedRedis
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path[:0] = [str(HERE), str(ROOT)]
 
 LIBRARIES = {
     "ours": "django-redis-lock GuardedTask",
@@ -186,20 +187,20 @@ def _count(client: Any, key: str, result: Scenario) -> None:
 def scenarios(
     broker_url: str, redis_url: str, repetitions: dict[str, int], bound: float, log_dir: Path
 ) -> dict[str, dict[str, Scenario | str]]:
-    import bench_tasks_app as bench_app
     import redis
 
+    from benchmarks import bench_tasks_app as bench_app
     from tests.support.task_workers import WorkerProcess
 
     client = redis.Redis.from_url(redis_url)
     outcome: dict[str, dict[str, Scenario | str]] = {}
     for kind in ("kill", "redelivery"):
         env = {"BENCH_BROKER_URL": broker_url, "BENCH_REDIS_URL": redis_url,
-               "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}  # fmt: skip
+               "PYTHONPATH": str(ROOT)}  # fmt: skip
         if kind == "redelivery":
             env["BENCH_VISIBILITY"] = "1"
         command = [
-            sys.executable, "-m", "celery", "-A", "bench_tasks_app", "worker", "--pool",
+            sys.executable, "-m", "celery", "-A", bench_app.__name__, "worker", "--pool",
             "prefork", "--concurrency", "2", "--loglevel", "INFO", "--without-gossip",
             "--without-mingle", "--without-heartbeat",
         ]  # fmt: skip
@@ -230,7 +231,7 @@ def scenarios(
 
 
 def costs(count: int) -> dict[str, tuple[Cost, Cost | None] | str]:
-    import bench_tasks_app as bench_app
+    from benchmarks import bench_tasks_app as bench_app
 
     rows: dict[str, tuple[Cost, Cost | None] | str] = {}
     fresh: dict[str, Callable[[int], Any]] = {}
@@ -361,8 +362,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=HERE / "results-tasks.md")
     options = parser.parse_args(argv)
     started = time.monotonic()
-
-    from dev.embedded_redis import EmbeddedRedis
 
     with (
         EmbeddedRedis() as broker,

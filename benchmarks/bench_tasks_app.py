@@ -1,5 +1,5 @@
 """The Celery app of ``bench_tasks.py``: the same task guarded by each library compared, run
-by a real worker (``celery -A bench_tasks_app worker``, from this folder).
+by a real worker (``celery -A benchmarks.bench_tasks_app worker``, from the repository's root).
 
 Its broker, result backend and locks are private redis-servers named by the environment
 (``BENCH_BROKER_URL``, ``BENCH_REDIS_URL``); what each run did is written to the locks' Redis
@@ -10,11 +10,7 @@ unacknowledged message again after that many seconds.
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import django
 from django.conf import settings
@@ -106,4 +102,4 @@ if Singleton is not None:
 
 def task_named(name: str) -> Task | None:
     """The task ``name`` of this app (None: its library is not installed)."""
-    return app.tasks.get(f"bench_tasks_app.{name}")
+    return app.tasks.get(f"{__name__}.{name}")

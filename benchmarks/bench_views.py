@@ -1,6 +1,6 @@
 """What @prevent_double_submit adds to a request, on one private redis-server.
 
-    .venv/bin/python benchmarks/bench_views.py [--requests N] [--output PATH]
+    .venv/bin/python -m benchmarks.bench_views [--requests N] [--output PATH]
 
 Calls a small form view directly (a RequestFactory POST, so no middleware or HTTP in the way;
 each request object is used once, so request.POST is parsed once per request in both cases),
@@ -21,8 +21,9 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from benchmarks.harness.servers import EmbeddedRedis
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
 
 
 def setup(url: str) -> None:
@@ -68,8 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--output", type=Path, default=HERE / "results-views.md")
     options = parser.parse_args(argv)
-
-    from dev.embedded_redis import EmbeddedRedis
 
     with EmbeddedRedis() as server:
         setup(server.url)
