@@ -123,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from dev.embedded_redis import EmbeddedRedis, RedisServerNotFound
 
+            # Said before it starts: a start that hangs then shows where the demo stands.
+            print(f"demo: starting Redis in {options.redis_dir} ...")
             try:
                 server = EmbeddedRedis(directory=options.redis_dir).start()
             except RedisServerNotFound as exc:
