@@ -35,7 +35,8 @@ from ..core.durations import MAX_SECONDS
 from ..core.flows import HANDOFF_MS
 from ..core.permits import NEXT_WAITERS
 from ..core.uncontended import LOST_RACE_RETRY_MS
-from .wire import aexecute, aexecute_acknowledged, execute, execute_acknowledged
+from .replicas import aexecute_acknowledged, execute_acknowledged
+from .wire import aexecute, execute
 
 __all__ = [
     "EXTEND",

@@ -3,9 +3,10 @@
 Not redis-py's ``execute_command``, which retries after a timeout or a dropped connection (and
 could run a lock script twice): a lock command is tried once, and the caller decides what a
 failure means (:func:`request_sent` says whether a failed one may have run all the same). Also
-here: a write confirmed by replicas (``WAIT``), several commands in one round trip, and what to
-do after a failover (ask Sentinel, read the Cluster slot map again). The waiters' blocking wait
-for a wake-up is in ``waits.py``; the Lua scripts sent this way are in ``scripts.py``.
+here: several commands in one round trip, and what to do after a failover (ask Sentinel, read
+the Cluster slot map again). A write confirmed by replicas (``WAIT``) is in ``replicas.py``; the
+waiters' blocking wait for a wake-up is in ``waits.py``; the Lua scripts sent this way are in
+``scripts.py``.
 """
 
 from __future__ import annotations
@@ -22,20 +23,17 @@ from redis.exceptions import AskError, MovedError, RedisClusterException, RedisE
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import SentinelConnectionPool
 
-from ..core.release import WaitRefused
 from .inflight import carried, no_reply
 
 __all__ = [
     "aborrowed",
     "adrop_stale_connections",
     "aexecute",
-    "aexecute_acknowledged",
     "aexecute_many",
     "aexecute_on_cluster",
     "borrowed",
     "drop_stale_connections",
     "execute",
-    "execute_acknowledged",
     "execute_many",
     "execute_many_on",
     "execute_on_cluster",
@@ -267,51 +265,6 @@ async def adrop_stale_connections(client: Any) -> None:
             await cast(Any, pool).get_master_address()
     else:
         await pool.disconnect(inuse_connections=False)
-
-
-def execute_acknowledged(
-    client: Any,
-    command: Sequence[Any],
-    replicas: int,
-    timeout_ms: int,
-    wanted: Callable[[Any], bool],
-) -> tuple[Any, int]:
-    """:func:`execute`, then, if ``wanted(reply)``, ``WAIT replicas timeout_ms`` on the same
-    connection (``WAIT`` counts the replicas that have this connection's writes). Returns the
-    reply and the number of replicas that acknowledged (-1 when not asked; a
-    :class:`~django_redis_lock.core.release.WaitRefused` when the server refused ``WAIT``)."""
-    with borrowed(client) as connection:
-        connection.send_packed_command([pack(command)])
-        reply = connection.read_response()
-        acknowledged = -1
-        if wanted(reply):
-            connection.send_packed_command([pack(("WAIT", replicas, timeout_ms))])
-            try:
-                acknowledged = int(connection.read_response())
-            except ResponseError as refused:  # a complete error reply: still in step
-                acknowledged = WaitRefused(str(refused))
-        return reply, acknowledged
-
-
-async def aexecute_acknowledged(
-    client: Any,
-    command: Sequence[Any],
-    replicas: int,
-    timeout_ms: int,
-    wanted: Callable[[Any], bool],
-) -> tuple[Any, int]:
-    """:func:`execute_acknowledged` for a ``redis.asyncio`` client."""
-    async with aborrowed(client) as connection:
-        await connection.send_packed_command([pack(command)])
-        reply = await connection.read_response()
-        acknowledged = -1
-        if wanted(reply):
-            await connection.send_packed_command([pack(("WAIT", replicas, timeout_ms))])
-            try:
-                acknowledged = int(await connection.read_response())
-            except ResponseError as refused:  # a complete error reply: still in step
-                acknowledged = WaitRefused(str(refused))
-        return reply, acknowledged
 
 
 def execute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:

@@ -15,6 +15,8 @@ takes a second name in another layer, so its halves are found by its name:
   at once) and ``primitives/background/renewal.py`` (the watchdog);
 - dead holders: ``core/dead_holders.py`` (the rules) and ``primitives/background/dead_holders.py``
   (the watch);
+- replicas: ``core/replicas.py`` (what confirmed grants need) and ``backends/replicas.py`` (a
+  write, then ``WAIT``);
 - eviction: ``backends/eviction.py`` (what a server says) and ``primitives/eviction.py`` (the
   advice a process logs once);
 - acl: ``backends/acl.py`` (the commands and the rule) and ``primitives/acl.py`` (the rule for

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -49,6 +48,7 @@ from ...core.durations import clock_allowance, readable
 from ...core.lease import LockKeys
 from ..scripts import EXTEND, RELEASE, TAKE, Script
 from .broadcast import Broadcaster, Replies, Silent, answered
+from .votes import READS, fence_of, is_list, release_code
 
 __all__ = ["AsyncQuorumClient", "QuorumClient", "QuorumUnavailable"]
 
@@ -57,23 +57,6 @@ logger = logging.getLogger("django_redis_lock")
 
 class QuorumUnavailable(RedisConnectionError):
     """Too few servers of a quorum answered to reach a majority either way."""
-
-
-def _is_list(reply: Any) -> bool:
-    return isinstance(reply, list)
-
-
-def _release_code(reply: Any) -> int:
-    """A release.lua reply's code (a number, or a list's first); -3 for anything else (an
-    error, no answer)."""
-    if isinstance(reply, int) and not isinstance(reply, bool):
-        return reply
-    return int(reply[0]) if _is_list(reply) else -3
-
-
-def _fence(reply: Any) -> int:
-    """The fencing token in a grant of take.lua (none in a SET's)."""
-    return int(reply[1]) if _is_list(reply) else 0
 
 
 class QuorumClient:
@@ -131,7 +114,7 @@ class QuorumClient:
             return Script("loaded", str(args[2])).sha  # each server loads it on demand
         if command == "SET":
             return self._set(args)
-        if command in _READS:
+        if command in READS:
             return self._read(command, args)
         raise NotImplementedError(f"{self!r} does not run {command}.")
 
@@ -192,10 +175,10 @@ class QuorumClient:
         token, lease_ms = str(argv[0]), int(argv[1])
 
         def granted(reply: Any) -> bool:
-            return _is_list(reply) and reply[0] == 1
+            return is_list(reply) and reply[0] == 1
 
         def done(reply: Any) -> bool:
-            return _is_list(reply) and reply[0] == 2
+            return is_list(reply) and reply[0] == 2
 
         outcome = self._take_majority(
             lambda timeout, settled: self.servers.run(
@@ -209,7 +192,7 @@ class QuorumClient:
         finished = next((reply for reply in replies.values() if done(reply)), None)
         if finished is not None:
             return finished
-        refused = [reply for reply in replies.values() if _is_list(reply) and reply[0] == 0]
+        refused = [reply for reply in replies.values() if is_list(reply) and reply[0] == 0]
         holder = next((reply[2] for reply in refused if reply[2]), None)
         wait_ms = min((int(reply[1]) for reply in refused if int(reply[1]) > 0), default=1)
         return [0, wait_ms, holder]
@@ -258,7 +241,7 @@ class QuorumClient:
         if not ended and len(grants) >= self.majority:
             if time.monotonic() - started < valid_for:
                 # The servers' clocks differ a little: the largest token is the one to count on.
-                return max((_fence(replies[index]) for index in grants), default=0)
+                return max((fence_of(replies[index]) for index in grants), default=0)
             too_late = True
         self._undo(key, token, replies, grants)
         if ended:
@@ -307,9 +290,9 @@ class QuorumClient:
         hold it does it fail (:class:`QuorumUnavailable`)."""
         replies = self.servers.run(
             self._release_script, keys, argv, timeout=self.reply_timeout,
-            settled=self._decided_by(lambda reply: _release_code(reply) >= 0),
+            settled=self._decided_by(lambda reply: release_code(reply) >= 0),
         )  # fmt: skip
-        codes = [code for reply in replies.values() if (code := _release_code(reply)) > -3]
+        codes = [code for reply in replies.values() if (code := release_code(reply)) > -3]
         released = sum(1 for code in codes if code >= 0)
         if released >= self.majority:
             return [0]
@@ -359,38 +342,7 @@ class QuorumClient:
         answers = [reply for reply in replies.values() if answered(reply)]
         if len(answers) < self.majority:
             raise self._unavailable("read", replies)
-        return _READS[command](answers, self.majority)
-
-
-def _exists(answers: list[Any], majority: int) -> int:
-    return int(sum(int(answer) for answer in answers) >= majority)
-
-
-def _agreed_lease(answers: list[Any], majority: int) -> Any:
-    """The lease a majority agrees on: the same token (each server wrote its own ``since``
-    and fence), or None."""
-    tokens = [
-        answer.split(b"|", 1)[0] if isinstance(answer, bytes) else None for answer in answers
-    ]
-    for answer, token in zip(answers, tokens, strict=True):
-        if token is not None and tokens.count(token) >= majority:
-            return answer
-    return None
-
-
-def _majority_pttl(answers: list[Any], majority: int) -> int:
-    # The lease lasts as long as a majority still has it: the majority-th longest. A key
-    # without an expiry (-1) lasts longest of all, and is not hidden as "no key" (-2).
-    pttls = [int(answer) for answer in answers]
-    pttl = sorted(pttls, key=lambda ms: math.inf if ms == -1 else ms, reverse=True)[majority - 1]
-    return pttl if pttl >= -1 else -2
-
-
-_READS: dict[str, Callable[[list[Any], int], Any]] = {
-    "EXISTS": _exists,
-    "GET": _agreed_lease,
-    "PTTL": _majority_pttl,
-}
+        return READS[command](answers, self.majority)
 
 
 class AsyncQuorumClient:
