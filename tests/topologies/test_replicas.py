@@ -11,6 +11,7 @@ import redis
 from django_redis_lock import Lock, LockBackendError, aclose_async_redis_clients
 from django_redis_lock.primitives.keys import lock_keys
 from tests.conftest import django_redis_caches
+from tests.locks.test_cancellation import nothing_of_ours_held, sweep
 
 
 @pytest.fixture
@@ -81,3 +82,30 @@ def test_bad_values_are_refused(settings):
     settings.DJANGO_REDIS_LOCK_MIN_REPLICAS = -1
     with pytest.raises(ImproperlyConfigured):
         Lock("x").acquire()
+
+
+def test_a_confirmed_aacquire_cancelled_anywhere_holds_or_leaves_nothing(settings, replicated):
+    """The promise of docs/locks.md ("Cancellation") holds for grants replicas confirm too: a
+    cancellation while the script and its ``WAIT`` are under way leaves no lease by nobody."""
+    primary, _ = replicated
+    settings.DJANGO_REDIS_LOCK_MIN_REPLICAS = 1
+    name = "cancel:replicated"
+
+    async def main():
+        lock = Lock(name, timeout=30, wait=1)
+
+        async def check(outcome):
+            if not outcome.cancelled:
+                assert outcome.result is True
+                await lock.arelease()
+            assert lock.token is None  # the object does not believe it holds
+            nothing_of_ours_held(primary, name)
+
+        try:
+            return await sweep(lambda: lock.aacquire(), check)
+        finally:
+            await aclose_async_redis_clients()
+
+    done = asyncio.run(main())
+    # The script and its WAIT are one carried request (drivers.arun): one suspension, cancelled.
+    assert done.cancelled >= 1, done
