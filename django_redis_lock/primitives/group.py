@@ -30,11 +30,11 @@ from ..backends.drivers import arun, run
 from ..conf import lock_settings
 from ..core import durations
 from ..core.group import TakenInOrder
-from ..exceptions import LockBackendError, LockError, LockLost, LockNotOwned
+from ..exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from ..hints import keyword_names
 from . import errors
 from .claims import Claim, Pending
-from .group_steps import AsyncMembers, ClaimOne, Members, TakeFree, Undo
+from .group_steps import AsyncMembers, ClaimOne, Members, Refresh, TakeFree, Undo
 from .lock import Lock
 
 __all__ = ["GROUP_OPTIONS", "LockGroup", "lock_many"]
@@ -106,6 +106,13 @@ class LockGroup:
         return all(lock.token is not None for lock in self._locks)
 
     @property
+    def held_until(self) -> float | None:
+        """Until when (``time.monotonic()`` seconds) this thread/task may act as the holder of
+        every member (``Lock.held_until``, the soonest); None when it does not hold them all."""
+        ends = [lock.held_until for lock in self._locks]
+        return None if not ends or None in ends else min(e for e in ends if e is not None)
+
+    @property
     def lost(self) -> bool:
         """True when any member's lease was found gone: the group is not held any more."""
         return any(lock.lost for lock in self._locks)
@@ -165,6 +172,18 @@ class LockGroup:
                     yield from self._undo(taken)
                     return Claim(False, refusal=claim.refusal)
                 taken.append(member)
+            # A member taken first may have run through its lease (a fixed one shorter than
+            # the wait, a pause) while a later one was waited for: it gets its lease again,
+            # or the group is not held (a lease that ended may be another's by now).
+            for member in taken[:-1]:
+                until = member.held_until
+                if until is None or until <= self.clock():
+                    try:
+                        yield Refresh(member)
+                    except (LockNotOwned, LockLost):
+                        taken.remove(member)
+                        yield from self._undo(taken)
+                        return Claim(False, refusal=LockNotAcquired(member.name, waited=wait))
         except GeneratorExit:
             raise
         except BaseException:

@@ -17,7 +17,7 @@ from ..exceptions import LockBackendError
 from .claims import Pending
 from .lock import Lock
 
-__all__ = ["AsyncMembers", "ClaimOne", "Group", "Members", "TakeFree", "Undo"]
+__all__ = ["AsyncMembers", "ClaimOne", "Group", "Members", "Refresh", "TakeFree", "Undo"]
 
 
 @dataclass(eq=False)
@@ -34,6 +34,15 @@ class ClaimOne:
 
     member: Lock
     wait: float
+
+
+@dataclass(eq=False)
+class Refresh:
+    """Give a member taken earlier in this acquisition its whole lease again, from now (its own
+    ``extend()``/``aextend()``): ``LockNotOwned`` when its lease ended while the acquisition
+    waited for a later member."""
+
+    member: Lock
 
 
 @dataclass(eq=False)
@@ -69,6 +78,9 @@ class Members:
         if type(step) is Undo:
             step.member.release()
             return None
+        if type(step) is Refresh:
+            step.member.extend()
+            return None
         pendings = self.group.prepared(step)
         if pendings:
             alias = pendings[0][1].alias
@@ -88,6 +100,9 @@ class AsyncMembers(Members):
             return await step.member.aclaim(step.wait)
         if type(step) is Undo:
             await step.member.arelease()
+            return None
+        if type(step) is Refresh:
+            await step.member.aextend()
             return None
         pendings = self.group.prepared(step)
         if pendings:

@@ -18,6 +18,7 @@ from ..backends.clients import LockAlias
 from ..backends.drivers import arun, run
 from ..backends.inflight import carry
 from ..core import durations, flows
+from ..core.durations import clock_allowance
 from ..exceptions import LockBackendError, LockNotOwned
 from ..validators import checked_quorum
 from . import eviction, uncontended
@@ -62,6 +63,18 @@ class Leased:
         """True when the current holder's lease was found gone (by renewal or a check)."""
         hold = self._book.hold()
         return bool(hold and hold.lost_reason)
+
+    @property
+    def held_until(self) -> float | None:
+        """Until when (``time.monotonic()`` seconds) the current thread/task may act as the
+        holder, as far as it knows without asking Redis: its lease's end (each renewal moves it
+        on) less the allowance for Redis's clock running fast. None when it holds nothing, or
+        was told that its lease is lost. Check it before a step that must not outlive the
+        lease; :meth:`ensure_held` asks Redis."""
+        hold = self._book.hold()
+        if hold is None or hold.lost_reason is not None:
+            return None
+        return hold.ends_at() - clock_allowance(hold.lease)
 
     def owned(self) -> bool:
         """Whether this thread/task holds it right now (asks Redis)."""

@@ -24,6 +24,7 @@ __all__ = [
     "OwnerRecords",
     "current_owner",
     "job_token",
+    "new_identity",
     "new_token",
     "owner_description",
     "owner_record",
@@ -154,11 +155,14 @@ def owner_record(
     )  # fmt: skip
 
 
-def _after_fork_in_child() -> None:
+def new_identity() -> None:
+    """This process becomes another: its pid read again, a new id, random bytes of its own.
+    Run in a forked child; a simulation (``tests/simulation/``) runs it for each process it
+    simulates."""
     global pid, process_id, _random, _random_lock
     pid = os.getpid()
     process_id = _process_id()
     _random, _random_lock = bytearray(), threading.Lock()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(after_in_child=new_identity)

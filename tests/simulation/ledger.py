@@ -124,8 +124,15 @@ class Ledger:
     def granted(
         self, client: str, lock: str, token: str, fence: int, valid_until_us: int,
         *, fenced: bool = False, want_result: bool = False, job: str = "",
+        losses: int | None = None,
     ) -> Hold:  # fmt: skip
+        """``losses``: Redis's data losses when the acquisition began, if not now: a lease
+        taken before a later loss may be gone, and the hold is *exposed* from the start."""
         facts = self.locks[lock]
+        if losses is not None and losses != self.losses:
+            hold = Hold(client, lock, token, fence, valid_until_us, exposed=True, losses=losses)
+            facts.holds.append(hold)
+            return hold
         if job and not token.endswith("~queued"):  # a run takes its job's reservation over
             for hold in facts.holds:
                 if hold.token == f"{job}~queued":
@@ -147,6 +154,20 @@ class Ledger:
         hold = Hold(client, lock, token, fence, valid_until_us, losses=self.losses)
         facts.holds.append(hold)
         return hold
+
+    def acted(self, hold: Hold, valid_until_us: int) -> None:
+        """``hold``'s client acts on the guarded resource now, believing its lease runs until
+        ``valid_until_us`` (``held_until``, its own word): no more than the lock's limit may
+        believe so at once."""
+        hold.valid_until_us = valid_until_us
+        facts = self.locks[hold.lock]
+        believing = [h for h in facts.holds if h.believed(self.now_us)]
+        if hold in believing and len(believing) > facts.limit:
+            others = ", ".join(
+                f"{h.client} (until {h.valid_until_us})" for h in believing if h is not hold
+            )
+            self.fail(f"{hold.client} acts on {hold.lock!r} while {others} hold it "
+                      f"(limit {facts.limit})")  # fmt: skip
 
     def _check_order(self, facts: LockFacts) -> None:
         """The holders that appeared with this step were first in line among the live waiters

@@ -54,6 +54,14 @@ class World:
     def home(self) -> SimulatedServer:
         return self.nodes[0]
 
+    def node_at(self, host: str, port: int) -> SimulatedServer:
+        """The node a client's connection to ``host:port`` reaches (``runtime/network.py``)."""
+        for node in self.nodes:
+            kwargs = node.client.connection_pool.connection_kwargs
+            if int(kwargs.get("port", 6379)) == int(port):
+                return node
+        raise LookupError(f"no node of {self.name} at {host}:{port}")
+
     def expirations(self) -> int:
         """The keys the servers have expired by their own clocks so far (``INFO stats``):
         none of a schedule's should be (see :class:`Stalled`)."""

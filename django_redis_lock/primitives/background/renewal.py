@@ -38,7 +38,7 @@ from ...core.layout import KeyLayout
 from ...core.renewal import RenewedLease, Schedule
 from ..holds import Hold, HoldWatch
 
-__all__ = ["RenewedLease", "extended", "renewer", "start", "stop"]
+__all__ = ["RenewedLease", "Renewer", "extended", "renewer", "start", "stop"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -51,17 +51,23 @@ _IDLE_LOOK = 1.0
 _IDLE_LOOKS = 60
 
 
-class _Renewer:
+class Renewer:
     """Runs the :class:`Schedule` on a daemon thread (its clock: ``clock``, monotonic), and
-    each client's batch of renewals on a thread of its own."""
+    each client's batch of renewals on a thread of its own. The process has one,
+    :data:`renewer`; a simulation (``tests/simulation/``) makes one per simulated process, on
+    its clock, with ``at_fork=False``."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, *, at_fork: bool = True
+    ) -> None:
         self.clock = clock
-        self._reset()
-        os.register_at_fork(after_in_child=self._reset)
+        self.reset()
+        if at_fork:
+            os.register_at_fork(after_in_child=self.reset)
 
-    def _reset(self) -> None:
-        # After fork the thread is gone and the leases are the parent's, not ours.
+    def reset(self) -> None:
+        """Forget every lease and the thread: after fork the thread is gone and the leases are
+        the parent's, not ours."""
         self._condition = threading.Condition()
         # An acquisition only adds its lease to the schedule and its release takes it out
         # (no lock taken, no thread woken), so most holds end before the watchdog ever looks
@@ -201,7 +207,7 @@ class _Renewer:
             lease.on_lost(reason)
 
 
-renewer = _Renewer()
+renewer = Renewer()
 
 
 def start(

@@ -1,0 +1,121 @@
+"""The simulation of the library's own code (see ``simulation.py``): our public API under the
+scheduler, in simulated processes and threads, over a simulated network, on simulated time,
+against the real servers of a world (``../world.py``), checked by the ledger (``../ledger.py``)
+and for liveness (``liveness.py``).
+
+It takes over the process it runs in (its clock, its threads: ``threads.py``), so it runs in
+processes of its own: ``make simulate`` and the suite's share
+(``tests/locks/test_runtime_simulation.py``) start them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import django
+from django.conf import settings
+from django.test import override_settings
+from django_redis import get_redis_connection
+
+from django_redis_lock.primitives import eviction, owners
+from django_redis_lock.primitives.background import process_records
+
+from ..choices import Choices
+from ..simulation import NO_FAULTS, Faults
+from ..world import World
+from .network import SimulatedConnection, install
+from .programs import WORKLOADS, cast
+from .simulation import RuntimeSimulation
+from .threads import simulated_runtime
+
+__all__ = ["WORKLOADS", "RuntimeSimulation", "run_runtime_schedule"]
+
+# Django's settings for a process that runs schedules (when none are configured yet).
+SETTINGS: dict[str, Any] = {
+    "INSTALLED_APPS": ["django_redis_lock"],
+    "USE_TZ": True,
+    "DJANGO_REDIS_LOCK_KEY_PREFIX": "drl-sim",
+    "LOGGING_CONFIG": None,
+}
+
+
+def _caches(world: World) -> dict[str, Any]:
+    url = world.home().url
+    return {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": url,
+            "OPTIONS": {
+                "SOCKET_TIMEOUT": 1.0,
+                "SOCKET_CONNECT_TIMEOUT": 1.0,
+                "CONNECTION_POOL_KWARGS": {"connection_class": SimulatedConnection},
+            },
+        }
+    }
+
+
+@contextlib.contextmanager
+def _configured(world: World) -> Iterator[None]:
+    """Django's settings for one schedule: its caches made anew (so are the library's clients,
+    their pools, and the advice it gives once per process and cache: every schedule starts
+    from the same place, and replays alone as it ran among others)."""
+    if not settings.configured:
+        settings.configure(**SETTINGS, CACHES=_caches(world))
+        django.setup()
+    with override_settings(CACHES=_caches(world), DJANGO_REDIS_LOCK_KEY_PREFIX="drl-sim"):
+        # Given already: the advice on eviction is read once per process, on a thread of its
+        # own (primitives/eviction.py), which would add an INFO to the first schedules only.
+        eviction.advised.claim("default")
+        try:
+            yield
+        finally:
+            # django-redis keeps pools by address across caches: this schedule's connections
+            # (some taken by threads that crashed, never given back) go with it.
+            get_redis_connection("default").connection_pool.reset()
+
+
+@contextlib.contextmanager
+def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
+
+
+class _SeededBytes:
+    """``secrets.token_bytes`` from the schedule's seed: tokens, and so the order of equal
+    scores in a sorted set, replay exactly."""
+
+    def __init__(self, seed: int) -> None:
+        self._random = random.Random(seed ^ 0x5EED)
+
+    def __call__(self, count: int | None = None) -> bytes:
+        return self._random.randbytes(32 if count is None else count)
+
+
+def run_runtime_schedule(
+    world: World, workload: str, choices: Choices, faults: Faults = NO_FAULTS, patch: Any = None
+) -> RuntimeSimulation:
+    """One schedule of ``workload`` on ``world``; raises ``SimulationFailed`` with its trace."""
+    seed = getattr(choices, "seed", 0)
+    with _configured(world), contextlib.ExitStack() as stack:
+        simulation = RuntimeSimulation(world, choices, faults, patch)
+        stack.enter_context(simulated_runtime(simulation.scheduler))
+        # The tokens' random bytes (owners.py's only: what else draws from ``secrets`` may
+        # differ between a schedule run first and the same run after others).
+        seeded = types.SimpleNamespace(token_bytes=_SeededBytes(seed))
+        stack.enter_context(_patched(owners, "secrets", seeded))
+        install(simulation.network)
+        stack.callback(install, None)
+        # Each simulated process runs nowhere a pid can be looked up: no watch for dead
+        # holders (its thread waits on the OS; a later step simulates it).
+        stack.enter_context(_patched(process_records, "here", lambda: None))
+        cast(simulation, workload, choices)
+        simulation.run()
+    return simulation

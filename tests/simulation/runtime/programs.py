@@ -1,0 +1,164 @@
+"""What the simulated clients run: our public API, called as a user's code calls it.
+
+Each client is a thread of a simulated process of its own. It takes the lock (``Lock``,
+``Semaphore`` or ``lock_many``, with options drawn from the schedule's choices), works while
+it believes it holds it, and releases it. Working is acting on the guarded resource at
+intervals, each time after checking ``held_until`` (the library's own word on how long it may
+still act): the ledger (``../ledger.py``) is told of each act with that belief, and fails the
+schedule when two clients' beliefs overlap past the lock's limit.
+
+Nothing of the library is restated here: the waits, the renewals, the give-backs are its own.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django_redis_lock import Lock, LockBackendError, LockNotOwned, Semaphore, lock_many
+from django_redis_lock.primitives.keys import lock_keys, permit_keys
+
+from ..choices import Choices
+from ..ledger import LockFacts
+from .threads import Interrupted
+
+__all__ = ["WORKLOADS", "cast"]
+
+WORKLOADS = ("lock", "fair", "semaphore", "many")
+PERMITS = 2
+TAG = "{sim}"  # every name's keys in one hash slot, and the scripts' clock of that tag
+
+
+@dataclass(frozen=True)
+class Role:
+    kind: str  # "lock", "semaphore", "many"
+    names: tuple[str, ...]
+    fencing: bool = False
+    fair: bool = True
+    renew: bool = False
+    lease_ms: int = 3000
+    wait_ms: int = 2000
+    work_ms: int = 500
+    rounds: int = 1
+
+
+def cast(sim: Any, workload: str, choices: Choices) -> None:
+    """Add ``workload``'s clients to ``sim``, drawn from ``choices``."""
+    names = (
+        ("a", "b", "c") if workload == "many" else ("s",) if workload == "semaphore" else ("a",)
+    )
+    for name in names:
+        full = TAG + name
+        if workload == "semaphore":
+            permits = permit_keys(full, "default")
+            facts = LockFacts(PERMITS, permits.lease, permits.queue, permits.waiters, None)
+        else:
+            keys = lock_keys(full, "default")
+            facts = LockFacts(1, keys.lease, keys.queue, keys.waiters, keys.result)
+        sim.ledger.lock(full, facts)
+    for index in range(choices.number(2, 4)):
+        role = _role(workload, names, choices)
+        if workload == "lock" and index in (1, 3):
+            role = Role(**{**role.__dict__, "fair": False})
+            sim.ledger.locks[TAG + names[0]].unfair = True
+        process = sim.process()
+        name = f"c{index + 1}"
+        sim.add_client(name, process, _program(sim, process, name, role),
+                       choices.pick((0, 0, 5, 400, 2500)))  # fmt: skip
+
+
+def _role(workload: str, names: tuple[str, ...], choices: Choices) -> Role:
+    members = names
+    if workload == "many":
+        picked = choices.pick(((0, 1), (1, 2), (0, 1, 2), (0, 2)))
+        members = tuple(names[i] for i in picked)
+    return Role(
+        kind="semaphore" if workload == "semaphore" else "many" if workload == "many" else "lock",
+        names=members,
+        fencing=workload in ("lock", "fair") and choices.chance(30),
+        renew=choices.chance(50),
+        lease_ms=choices.pick((3000, 1000, 10_000)),
+        wait_ms=choices.pick((2000, 0, 500, 8000)),
+        work_ms=choices.pick((500, 10, 2500, 12_000)),
+        rounds=choices.number(1, 2),
+    )
+
+
+def _primitive(role: Role) -> Any:
+    options: dict[str, Any] = {
+        "timeout": role.lease_ms / 1000, "wait": role.wait_ms / 1000, "auto_renew": role.renew,
+    }  # fmt: skip
+    names = [TAG + name for name in role.names]
+    if role.kind == "semaphore":
+        return Semaphore(names[0], PERMITS, **options)
+    if role.kind == "many":
+        return lock_many(names, **options)
+    return Lock(names[0], fencing=role.fencing, fair=role.fair, **options)
+
+
+def _program(sim: Any, process: Any, client: str, role: Role) -> Any:
+    ledger = sim.ledger
+
+    def run() -> None:
+        primitive = _primitive(role)
+        for _ in range(role.rounds):
+            started, losses = sim.now_us, ledger.losses
+            process.acquiring = True
+            try:
+                acquired = primitive.acquire()
+            except (LockBackendError, Interrupted) as error:
+                sim.trace.add(sim.now_us, client, f"acquire failed: {error!r}")
+                continue
+            finally:
+                process.acquiring = False
+            if sim.ledger.faults == 0 and sim.now_us > started + role.wait_ms * 1000 + 2000:
+                ledger.fail(f"{client}'s acquisition returned "
+                            f"{(sim.now_us - started - role.wait_ms * 1000) / 1000:.3f} ms "
+                            "after its wait ran out")  # fmt: skip
+            if not acquired:
+                sim.trace.add(sim.now_us, client, "not acquired")
+                continue
+            holds = [
+                ledger.granted(client, name, _token(lock), getattr(lock, "fencing_token", 0) or 0,
+                               _until_us(primitive), fenced=role.fencing, losses=losses)
+                for name, lock in _members(primitive, role)
+            ]  # fmt: skip
+            sim.trace.add(sim.now_us, client, "holds " + ", ".join(h.lock for h in holds))
+            _work(sim, primitive, holds, role)
+            for hold in holds:
+                ledger.releasing(hold)
+            try:
+                primitive.release()
+            except (LockNotOwned, LockBackendError, Interrupted) as error:
+                sim.trace.add(sim.now_us, client, f"release failed: {error!r}")
+
+    return run
+
+
+def _members(primitive: Any, role: Role) -> list[tuple[str, Any]]:
+    if role.kind == "many":
+        return [(lock.name, lock) for lock in primitive.locks]
+    return [(primitive.name, primitive)]
+
+
+def _token(lock: Any) -> str:
+    return lock.token or ""
+
+
+def _until_us(primitive: Any) -> int:
+    until = primitive.held_until
+    return 0 if until is None else int(until * 1e6)
+
+
+def _work(sim: Any, primitive: Any, holds: list[Any], role: Role) -> None:
+    """Act on the resource every sixth of the lease, while the lock says it may."""
+    end = sim.now_us + role.work_ms * 1000
+    step = max(1, role.lease_ms // 6) / 1000
+    while sim.now_us < end:
+        until = _until_us(primitive)
+        if until <= sim.now_us:
+            return  # lost, or its lease ran out by its own reckoning: it stops acting
+        for hold in holds:
+            sim.ledger.acted(hold, until)
+        time.sleep(min(step, (end - sim.now_us) / 1e6))
