@@ -50,3 +50,82 @@ def test_batched_renewal_survives_script_flush(settings, redis_client):
             time.sleep(1.0)
         assert not a.lost
         assert not b.lost
+
+
+# -- a join that arrives after its own leave -----------------------------------------------------
+# A sync caller interrupted while its join (and the block behind it) was on its way closes that
+# connection and steps out of the line on another: the leave may run first. Found by the
+# simulation of the library's own code (tests/simulation/runtime/: a permit handed to nobody).
+# The leave then says that the token left, and the late join queues nothing and takes nothing.
+
+
+def _join(client, keys, token, mode, flags="ob"):
+    from django_redis_lock.backends.scripts import JOIN
+
+    args = (token, 10_000, "record", mode, flags, 3000)
+    wake = keys.wake(token)
+    return client.evalsha(
+        JOIN.sha, 5, keys.lease, keys.queue, keys.waiters, wake, keys.result, *args
+    )
+
+
+def _permit(client, keys, token, mode, flags="ob"):
+    from django_redis_lock.backends.scripts import PERMIT_ACQUIRE
+
+    args = (token, 10_000, "record", mode, flags, 3000, 2)
+    return client.evalsha(
+        PERMIT_ACQUIRE.sha, 5, keys.lease, keys.owners, keys.queue, keys.waiters,
+        keys.wake(token), *args,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def scripts_loaded(redis_client):
+    from django_redis_lock.backends.scripts import JOIN, PERMIT_ACQUIRE
+
+    for script in (JOIN, PERMIT_ACQUIRE):
+        redis_client.script_load(script.source)
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_join_after_its_own_leave_takes_and_queues_nothing(redis_client, scripts_loaded, held):
+    from django_redis_lock.primitives.keys import lock_keys
+
+    keys = lock_keys("late-join", "default")
+    if held:
+        redis_client.set(keys.lease, "holder|0|0|record", px=10_000)
+    assert _join(redis_client, keys, "late", 3) == [0, 0, None]  # the leave, first
+    assert redis_client.pttl(keys.waiters) > 0  # it says so, for a while
+    reply = _join(redis_client, keys, "late", 1)  # the join, after it
+    assert reply[0] == 0
+    assert redis_client.get(keys.lease) == (b"holder|0|0|record" if held else None)
+    assert redis_client.lrange(keys.queue, 0, -1) == []
+    assert redis_client.hget(keys.waiters, "late") is None  # (said once, then forgotten)
+    assert redis_client.lrange(keys.wake("late"), 0, -1) == [b""]  # its block ends at once
+    # Any other token queues and takes as before.
+    assert _join(redis_client, keys, "other", 1)[0] == (0 if held else 1)
+
+
+def test_a_leave_after_its_join_leaves_no_trace(redis_client, scripts_loaded):
+    from django_redis_lock.primitives.keys import lock_keys
+
+    keys = lock_keys("plain-leave", "default")
+    redis_client.set(keys.lease, "holder|0|0|record", px=10_000)
+    assert _join(redis_client, keys, "waiter", 1, "o")[0] == 0
+    assert redis_client.lrange(keys.queue, 0, -1) == [b"waiter"]
+    assert _join(redis_client, keys, "waiter", 3, "") == [0, 0, None]
+    assert redis_client.lrange(keys.queue, 0, -1) == []
+    assert redis_client.hget(keys.waiters, "waiter") is None
+
+
+def test_a_permit_request_after_its_own_leave_takes_and_queues_nothing(
+    redis_client, scripts_loaded
+):
+    from django_redis_lock.primitives.keys import permit_keys
+
+    keys = permit_keys("late-permit", "default")
+    assert _permit(redis_client, keys, "late", 3) == [0, 0, None]
+    assert _permit(redis_client, keys, "late", 1)[0] == 0
+    assert redis_client.zcard(keys.lease) == 0  # no permit taken by nobody
+    assert redis_client.lrange(keys.queue, 0, -1) == []
+    assert _permit(redis_client, keys, "other", 1)[0] == 1

@@ -52,6 +52,14 @@ local function unblock()
   end
 end
 
+if mode ~= 3 and redis.call('HGET', KEYS[3], token) == LEFT then
+  -- Our acquisition was interrupted and has left (LEFT, scripts.py): this join came after the
+  -- leave, on another connection. Nobody reads this reply; nothing is queued or taken.
+  redis.call('HDEL', KEYS[3], token)
+  unblock()
+  return {0, 0, false, 0, false}
+end
+
 if holder and string.sub(holder, 1, #token + 1) == token .. '|' then
   -- Handed to us by a release while we were not blocked. Its wake-up message may be on our
   -- list, still on its way (pushed a round trip after the release), or lost: we never depend
@@ -76,7 +84,14 @@ if holder and string.sub(holder, 1, #token + 1) == token .. '|' then
   return {1, fence, ms, message}
 end
 if mode == 3 then
-  leave()
+  if redis.call('HDEL', KEYS[3], token) == 1 then
+    redis.call('LREM', KEYS[2], 1, token)
+  else
+    -- Not in line: our join may still be on its way (interrupted before its reply, on a
+    -- connection that then closed): it must find that we left.
+    redis.call('HSET', KEYS[3], token, LEFT)
+    redis.call('PEXPIRE', KEYS[3], QUEUE_TTL_MS)
+  end
   return {0, 0, false}
 end
 if wants_result(flags) then

@@ -38,6 +38,14 @@ local function unblock()
   end
 end
 
+if mode ~= 3 and redis.call('HGET', KEYS[4], token) == LEFT then
+  -- Our acquisition was interrupted and has left (LEFT, scripts.py): this request came after
+  -- the leave, on another connection. Nobody reads this reply; nothing is queued or taken.
+  redis.call('HDEL', KEYS[4], token)
+  unblock()
+  return {0, 0, false, 0, false}
+end
+
 local mine = redis.call('ZSCORE', KEYS[1], token)
 if mine and tonumber(mine) > now then
   -- Handed to us by a release while we were not blocked. Its wake-up message may be on our
@@ -58,7 +66,14 @@ if mine and tonumber(mine) > now then
   return {1, 0, ms, '0|' .. ms .. '|0|' .. handed .. '|' .. table.concat(after, ' '), 0}
 end
 if mode == 3 then
-  leave()
+  if redis.call('HDEL', KEYS[4], token) == 1 then
+    redis.call('LREM', KEYS[3], 1, token)
+  else
+    -- Not in line: our request may still be on its way (interrupted before its reply, on a
+    -- connection that then closed): it must find that we left.
+    redis.call('HSET', KEYS[4], token, LEFT)
+    redis.call('PEXPIRE', KEYS[4], QUEUE_TTL_MS)
+  end
   return {0, 0, false}
 end
 permits_purge(now)
