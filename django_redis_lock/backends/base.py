@@ -33,7 +33,7 @@ from .scripts import (
     Script,
 )
 
-__all__ = ["SCRIPTS", "Backend", "grants", "one_by_one", "shortened", "silent"]
+__all__ = ["SCRIPTS", "Backend", "aone_by_one", "grants", "one_by_one", "shortened", "silent"]
 
 SCRIPTS: dict[str, Script] = {
     script.name: script
@@ -55,20 +55,23 @@ def grants(reply: Any) -> bool:
     return bool(reply == 1 or (isinstance(reply, list) and reply[0] == 1))
 
 
-def silent(give_back: Eval | None) -> Callable[[], Sequence[Any]] | None:
-    """What to send after a request whose reply went unread (its give-back), if any."""
+def silent(
+    give_back: Eval | tuple[Eval, ...] | None,
+) -> Callable[[], list[Sequence[Any]]] | None:
+    """What to send after a request whose reply went unread (its give-back: the commands, one
+    per script), if any."""
     if give_back is None:
         return None
-    script = SCRIPTS[give_back.script]
-    return lambda: script.command(give_back.keys, give_back.args)
+    each = (give_back,) if isinstance(give_back, Eval) else give_back
+    return lambda: [SCRIPTS[e.script].command(e.keys, e.args) for e in each]
 
 
-def give_back_command(keys: Any, token: str) -> Sequence[Any]:
+def give_back_command(keys: Any, token: str) -> list[Sequence[Any]]:
     """The give-back (``release.give_back``) of an acquisition by ``token`` of the lock of
     ``keys``, as ``silent`` sends it (one ``EVAL``, which needs nothing loaded): for the flat
     path, which makes it only if a reply never comes (``functools.partial``)."""
     request = give_back(keys, token)
-    return SCRIPTS[request.script].command(request.keys, request.args)
+    return [SCRIPTS[request.script].command(request.keys, request.args)]
 
 
 def shortened(request: Block, reply: Any) -> tuple[float, bool]:
@@ -87,6 +90,17 @@ def one_by_one(send: Callable[..., Any], commands: Sequence[Sequence[Any]]) -> l
     for command in commands:
         try:
             replies.append(send(*command))
+        except ResponseError as error:
+            replies.append(error)
+    return replies
+
+
+async def aone_by_one(send: Callable[..., Any], commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """:func:`one_by_one` for asyncio: ``send`` returns an awaitable."""
+    replies: list[Any] = []
+    for command in commands:
+        try:
+            replies.append(await send(*command))
         except ResponseError as error:
             replies.append(error)
     return replies

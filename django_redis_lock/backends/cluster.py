@@ -17,7 +17,7 @@ from redis.exceptions import ResponseError
 from ..core.renewal import RenewedLease
 from ..core.requests import Block, Eval
 from .acl import CLUSTER_CLIENT_COMMANDS
-from .base import one_by_one, shortened
+from .base import aone_by_one, one_by_one, shortened
 from .inflight import carried
 from .renewal import extend_on_nodes
 from .scripts import Script
@@ -121,7 +121,7 @@ class AsyncClusterBackend(AsyncServerBackend):
         # what the request took (if_silent) before it goes on.
         if_silent = options.get("if_silent")
         give_back = None if if_silent is None else (
-            lambda: aexecute_on_cluster(self.client, *if_silent())
+            lambda: aone_by_one(functools.partial(aexecute_on_cluster, self.client), if_silent())
         )  # fmt: skip
         return await carried(aexecute_on_cluster(self.client, *args), give_back=give_back)
 

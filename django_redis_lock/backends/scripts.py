@@ -75,7 +75,7 @@ class Script:
         args: Sequence[Any],
         *,
         reply_timeout: float | None = None,
-        if_silent: Callable[[], Sequence[Any]] | None = None,
+        if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
     ) -> Any:
         """Run the script with ``send(*command, reply_timeout=..., if_silent=...)``, the
         topology's way of sending one command (``wire.execute`` for one server,
@@ -94,7 +94,7 @@ class Script:
         args: Sequence[Any],
         *,
         reply_timeout: float | None = None,
-        if_silent: Callable[[], Sequence[Any]] | None = None,
+        if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
     ) -> Any:
         """:meth:`run` with an async ``send``."""
         command = ("EVALSHA", self.sha, len(keys), *keys, *args)
@@ -111,7 +111,7 @@ class Script:
         args: Sequence[Any],
         *,
         reply_timeout: float | None = None,
-        if_silent: Callable[[], Sequence[Any]] | None = None,
+        if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
     ) -> Any:
         """Run the script on one server's client (see :func:`execute` for ``reply_timeout``
         and ``if_silent``). Other topologies: their backend's ``run_script``."""

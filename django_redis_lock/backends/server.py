@@ -83,7 +83,7 @@ class ServerBackend(Backend):
         self,
         *args: Any,
         reply_timeout: float | None = None,
-        if_silent: Callable[[], Sequence[Any]] | None = None,
+        if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
     ) -> Any:
         """One command, sent once (``wire.execute``)."""
         return execute(self.client, *args, reply_timeout=reply_timeout, if_silent=if_silent)
@@ -201,7 +201,7 @@ class AsyncServerBackend(Backend):
         self,
         *args: Any,
         reply_timeout: float | None = None,
-        if_silent: Callable[[], Sequence[Any]] | None = None,
+        if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
     ) -> Any:
         return await aexecute(self.client, *args, reply_timeout=reply_timeout, if_silent=if_silent)
 

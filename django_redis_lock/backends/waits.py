@@ -19,6 +19,7 @@ from .wire import (
     borrowed,
     no_reply,
     pack,
+    pack_all,
     redirected,
     socket_timeout_of,
     sooner,
@@ -109,7 +110,7 @@ def run_then_wait(
     *,
     exact: bool = True,
     reply_timeout: float | None = None,
-    if_silent: Callable[[], Sequence[Any]] | None = None,
+    if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
     after_first: Callable[[Any], float] | None = None,
 ) -> tuple[Any, Any]:
     """``command``, then :func:`wait_for_wake` on ``key``, in one round trip, on one server's
@@ -135,7 +136,7 @@ def run_then_wait(
             ):
                 if if_silent is not None:
                     with contextlib.suppress(RedisError, OSError):
-                        connection.send_packed_command([pack(if_silent())], check_health=False)
+                        connection.send_packed_command([pack_all(if_silent())], check_health=False)
                 raise no_reply(reply_timeout)
             reply = connection.read_response()
         except ResponseError:
@@ -163,7 +164,7 @@ async def arun_then_wait(
     *,
     exact: bool = True,
     reply_timeout: float | None = None,
-    if_silent: Callable[[], Sequence[Any]] | None = None,
+    if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
     after_first: Callable[[Any], float] | None = None,
 ) -> tuple[Any, Any]:
     """:func:`run_then_wait` for a ``redis.asyncio`` client (not a Cluster's); ``if_silent`` is
@@ -184,7 +185,9 @@ async def arun_then_wait(
         except (asyncio.CancelledError, asyncio.TimeoutError, RedisTimeoutError) as error:
             if if_silent is not None:
                 with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
-                    await connection.send_packed_command([pack(if_silent())], check_health=False)
+                    await connection.send_packed_command(
+                        [pack_all(if_silent())], check_health=False
+                    )
             if isinstance(error, asyncio.TimeoutError):
                 raise no_reply(cast(float, reply_timeout)) from None
             raise

@@ -41,6 +41,7 @@ __all__ = [
     "no_reply",
     "node_client",
     "pack",
+    "pack_all",
     "redirected",
     "request_sent",
     "reread_slot_map",
@@ -62,6 +63,11 @@ def pack(args: Sequence[Any]) -> bytes:
             arg = repr(arg).encode()
         parts.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
     return b"".join(parts)
+
+
+def pack_all(commands: Sequence[Sequence[Any]]) -> bytes:
+    """Several commands in RESP, one after the other (a give-back of several scripts)."""
+    return b"".join(pack(command) for command in commands)
 
 
 def request_sent(error: BaseException) -> bool:
@@ -151,7 +157,7 @@ def execute(
     client: Any,
     *args: Any,
     reply_timeout: float | None = None,
-    if_silent: Callable[[], Sequence[Any]] | None = None,
+    if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
 ) -> Any:
     """Send one command on a connection of ``client``'s pool (one server, directly or through
     Sentinel), once, and return the raw reply. (A Cluster: :func:`execute_on_cluster`.)
@@ -183,7 +189,7 @@ def execute(
         except RedisTimeoutError:
             if if_silent is not None:  # still open and in step: it runs after the first
                 with contextlib.suppress(RedisError, OSError):
-                    connection.send_packed_command([pack(if_silent())], check_health=False)
+                    connection.send_packed_command([pack_all(if_silent())], check_health=False)
             raise
         except RedisError:
             raise
@@ -194,7 +200,7 @@ def execute(
             # on. Not waited for: Redis runs it right after the request.
             if if_silent is not None:
                 with contextlib.suppress(RedisError, OSError):
-                    connection.send_packed_command([pack(if_silent())], check_health=False)
+                    connection.send_packed_command([pack_all(if_silent())], check_health=False)
             raise
 
 
@@ -314,7 +320,7 @@ async def aexecute(
     client: Any,
     *args: Any,
     reply_timeout: float | None = None,
-    if_silent: Callable[[], Sequence[Any]] | None = None,
+    if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
 ) -> Any:
     """:func:`execute` for a ``redis.asyncio`` client of one server. A cancellation of the
     caller waits for the reply (``inflight.py``) and, for a request with a give-back
@@ -323,7 +329,7 @@ async def aexecute(
     connection instead, without waiting, as it does when ``reply_timeout`` runs out."""
     if not sooner(reply_timeout, socket_timeout_of(client.connection_pool)):
         reply_timeout = None
-    give_back = None if if_silent is None else (lambda: _aexecute_once(client, if_silent()))
+    give_back = None if if_silent is None else (lambda: aexecute_many(client, if_silent()))
     return await carried(
         _aexecute_once(client, args, if_silent), reply_timeout=reply_timeout,
         give_back=give_back, gives_back_when_cut=True,
@@ -343,7 +349,9 @@ async def aexecute_on_cluster(cluster: Any, *args: Any, **ignored: Any) -> Any:
 
 
 async def _aexecute_once(
-    client: Any, args: Sequence[Any], if_silent: Callable[[], Sequence[Any]] | None = None
+    client: Any,
+    args: Sequence[Any],
+    if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
 ) -> Any:
     async with aborrowed(client) as connection:
         await connection.send_packed_command([pack(args)])
@@ -354,5 +362,5 @@ async def _aexecute_once(
             return await connection.read_response(disconnect_on_error=False)
         except (asyncio.CancelledError, RedisTimeoutError):
             with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
-                await connection.send_packed_command([pack(if_silent())], check_health=False)
+                await connection.send_packed_command([pack_all(if_silent())], check_health=False)
             raise

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .flows import AcquirePlan
-from .release import release
+from .release import give_back, release
 from .replies import Acquired
 from .requests import Eval, Flow
 from .uncontended import reply_budget
@@ -36,7 +36,8 @@ def take_in_order(plans: Sequence[AcquirePlan]) -> Flow:
     """Returns :class:`TakenInOrder`. The plans share one lease length and one hash slot (the
     caller checked: ``Backend.one_script``). On an error, or a cancellation, before the reply
     was read, each lease is given back (a lease that is not ours is left alone): the script
-    may have run."""
+    may have run. A reply that does not come in time is followed by those give-backs on its
+    connection (the request's ``give_back``): Redis runs them right after it."""
     first = plans[0]
     wait = first.max_wait
     args = (first.lease_ms, *(part for plan in plans for part in (plan.token, plan.record)))
@@ -47,6 +48,8 @@ def take_in_order(plans: Sequence[AcquirePlan]) -> Flow:
             tuple(plan.keys.lease for plan in plans),
             args,
             reply_timeout=reply_budget(wait),
+            # Each lease it may have granted, given back should its reply not come in time.
+            give_back=tuple(give_back(plan.keys, plan.token) for plan in reversed(plans)),
         )
     except GeneratorExit:
         raise  # closed by its owner: nothing more may be sent

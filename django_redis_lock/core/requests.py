@@ -17,8 +17,9 @@ class Eval:
     """Run a script of ``backends/scripts.py`` (by its name, e.g. ``"join"``).
 
     ``reply_timeout``: give up on the reply after that many seconds. ``give_back``: when no
-    reply came in time (or the caller was cancelled), send this after it on the same connection,
-    unread: Redis runs it after the first whenever it runs that one. ``replicas``: after a reply
+    reply came in time (or the caller was cancelled), send this (one script, or several: one
+    per lease the request may have granted) after it on the same connection, unread: Redis
+    runs it after the first whenever it runs that one. ``replicas``: after a reply
     that ``grants``, ``WAIT`` for that many replicas (``replica_timeout_ms``); the reply is then
     ``(reply, replicas that acknowledged)``. ``cleanup``: sent while unwinding after an error or
     a cancellation (the async driver carries it out even when the caller is cancelled again)."""
@@ -27,7 +28,7 @@ class Eval:
     keys: tuple[str, ...]
     args: tuple[Any, ...]
     reply_timeout: float | None = None
-    give_back: Eval | None = None
+    give_back: Eval | tuple[Eval, ...] | None = None
     replicas: int = 0
     replica_timeout_ms: int = 0
     cleanup: bool = False
@@ -39,7 +40,7 @@ class Command:
 
     args: tuple[Any, ...]
     reply_timeout: float | None = None
-    give_back: Eval | None = None
+    give_back: Eval | tuple[Eval, ...] | None = None
     cleanup: bool = False
 
 

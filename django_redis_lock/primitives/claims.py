@@ -58,7 +58,7 @@ class QuickTake:
     lease_ms: int
     command: tuple[Any, ...]
     reply_timeout: float | None
-    give_back: Callable[[], Sequence[Any]] | None  # sent if its reply never comes
+    give_back: Callable[[], Sequence[Sequence[Any]]] | None  # sent if its reply never comes
 
 
 @dataclass(eq=False, slots=True)

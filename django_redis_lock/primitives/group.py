@@ -175,7 +175,7 @@ class LockGroup:
             # A member taken first may have run through its lease (a fixed one shorter than
             # the wait, a pause) while a later one was waited for: it gets its lease again,
             # or the group is not held (a lease that ended may be another's by now).
-            for member in taken[:-1]:
+            for member in taken:
                 until = member.held_until
                 if until is None or until <= self.clock():
                     try:

@@ -25,6 +25,7 @@ from django_redis_lock import (
     LockNotOwned,
     get_redis_client,
     lock_lost,
+    lock_many,
     lock_released,
 )
 from django_redis_lock.primitives.background.renewal import renewer
@@ -407,3 +408,45 @@ def test_a_group_whose_release_failed_is_taken_again_after_finishing_it(
         assert lease_token(redis_client, lease_key(lock.name)) == lock.token  # really held
     group.release()
     assert not redis_client.exists(lease_key("group:a"), lease_key("group:b"))
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_group_that_gave_up_on_a_busy_redis_gives_every_lease_back(
+    settings, redis_server_factory, api
+):
+    """As above, for ``lock_many``'s one script that takes the free members together
+    (take_many.lua): it runs after the caller gave up, and every lease it granted goes back
+    right after it, on its connection. Found by the runtime simulation
+    (tests/simulation/runtime/): they were held by nobody for a whole lease."""
+    server = redis_server_factory()
+    settings.CACHES = django_redis_caches(server.url, SOCKET_TIMEOUT=30)
+    lock_many(["warm-a", "warm-b"], timeout=1).acquire()  # (take_many.lua loaded)
+    outcome = {}
+
+    def attempt():
+        group = lock_many(["busy-group:a", "busy-group:b"], timeout=30)
+        try:
+            outcome["got"] = group.acquire(wait=0) if api == "sync" else run(warm_then(group))
+        except LockBackendError as error:
+            outcome["error"] = error
+
+    async def warm_then(group):
+        async with Lock("async-warm-up", timeout=1):
+            pass
+        os.kill(server.pid, signal.SIGSTOP)
+        return await group.aacquire(wait=0)
+
+    if api == "sync":
+        os.kill(server.pid, signal.SIGSTOP)
+    thread = threading.Thread(target=attempt)
+    thread.start()
+    try:
+        wait_until(lambda: outcome, 10, "the acquisition to give up")
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    thread.join(10)
+    assert "did not answer" in str(outcome["error"])
+    client = redis.Redis.from_url(server.url)
+    assert client.ping()  # (what was sent before has run)
+    assert not client.exists(lease_key("busy-group:a"), lease_key("busy-group:b"))
+    client.close()

@@ -6,9 +6,15 @@ workload that should notice)``; :func:`patch_for` makes the ``patch`` that
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import importlib
+import inspect
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from typing import Any
 
-__all__ = ["MUTATIONS", "patch_for"]
+__all__ = ["CODE_MUTATIONS", "MUTATIONS", "RUNTIME_ONLY", "mutated_code", "patch_for"]
 
 MUTATIONS: dict[str, tuple[str, str, str, str]] = {
     # The double run of issue 27: a waiter that finds the lease handed to it is not told that
@@ -70,3 +76,110 @@ def patch_for(mutation: str) -> Callable[[str, str], str]:
         return source.replace(old, new, 1)
 
     return patch
+
+
+# -- the library's own code: for the runtime simulation (runtime/) -----------------------------
+# ``CODE_MUTATIONS[name]`` is ``(module, function's qualified name, the text to replace, what
+# replaces it, the workload that should notice)``; :func:`mutated_code` applies one for as long
+# as it is entered (in the process that runs schedules: ``runtime/__main__.py``). Script
+# mutations above apply to the runtime simulation too, through its network's scripts.
+CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
+    # lock_many keeps what it took when a later name is refused (issue 42's first class).
+    "lock_many keeps what it took": (
+        "django_redis_lock.primitives.group",
+        "LockGroup._acquisition",
+        "                    yield from self._undo(taken)\n"
+        "                    return Claim(False, refusal=claim.refusal)",
+        "                    return Claim(False, refusal=claim.refusal)",
+        "many",
+    ),
+    # A request whose reply did not come in time is not followed by its give-back (the second).
+    "no give-back after a lost reply": (
+        "django_redis_lock.backends.wire",
+        "execute",
+        "        except RedisTimeoutError:\n            if if_silent is not None:",
+        "        except RedisTimeoutError:\n            if False:",
+        "lock",
+    ),
+    # A grant learnt of at the very end of its lease is used (the third: an off-by-one).
+    "a grant used at its lease's last moment": (
+        "django_redis_lock.core.uncontended",
+        "learnt_late",
+        "return now >= sent_at + lease_ms / 1000",
+        "return now > sent_at + lease_ms / 1000",
+        "lock",
+    ),
+    # lock_many does not make a member taken first whole again when the group completes (found
+    # by this simulation: a member that lapsed while a later one was waited for).
+    "lock_many forgets a lapsed member": (
+        "django_redis_lock.primitives.group",
+        "LockGroup._acquisition",
+        "                if until is None or until <= self.clock():",
+        "                if False:",
+        "many",
+    ),
+}
+
+# Scripts' mutations that only the runtime simulation is asked to find (its faults reach them).
+MUTATIONS.update({
+    # A dead semaphore waiter is never pruned: counted alive while a permit is free (the
+    # fourth class), keeping the live ones behind it out.
+    "a dead semaphore waiter is never pruned": (
+        "permit_acquire",
+        "if entry and tonumber(string.match(entry, '^(%d+)|')) >= now then",
+        "if entry then",
+        "semaphore",
+    ),
+    # A leave that finds no entry says nothing: a join overtaken by it queues a token nobody
+    # waits for (found by this simulation).
+    "a leave overtaken by its join": (
+        "join",
+        "    redis.call('HSET', KEYS[3], token, LEFT)",
+        "",
+        "lock",
+    ),
+})  # fmt: skip
+
+# Which simulation is asked to find each: the flows' (the suite's Hypothesis share) or the
+# runtime one (runtime/).
+RUNTIME_ONLY = (
+    "a dead semaphore waiter is never pruned",
+    "a leave overtaken by its join",
+    *CODE_MUTATIONS,
+)
+
+
+@contextlib.contextmanager
+def mutated_code(mutation: str) -> Iterator[None]:
+    """The library's code with ``mutation`` (``CODE_MUTATIONS``) applied while inside: the
+    function is compiled again from its changed source, and put where the original was, in
+    its module or class and in every module that imported it by name."""
+    module_name, qualname, old, new, _ = CODE_MUTATIONS[mutation]
+    module = importlib.import_module(module_name)
+    owner: Any = module
+    *outer, name = qualname.split(".")
+    for part in outer:
+        owner = getattr(owner, part)
+    original = inspect.getattr_static(owner, name)
+    function = original.__func__ if isinstance(original, staticmethod) else original
+    source = textwrap.dedent(inspect.getsource(function))
+    if old not in source:
+        raise AssertionError(f"mutation {mutation!r}: {old!r} is no longer in {qualname}")
+    namespace = dict(vars(module))
+    exec(compile(source.replace(old, new, 1), inspect.getfile(function), "exec"), namespace)
+    replacement = namespace[name]
+    if isinstance(original, staticmethod):
+        replacement = staticmethod(replacement)
+    importers = [
+        other for other in list(sys.modules.values())
+        if other is not None and other is not owner and getattr(other, name, None) is function
+    ]  # fmt: skip
+    setattr(owner, name, replacement)
+    for other in importers:
+        setattr(other, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+        for other in importers:
+            setattr(other, name, function)

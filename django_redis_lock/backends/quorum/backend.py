@@ -10,7 +10,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from ...core.renewal import RenewedLease
-from ..base import one_by_one
+from ..base import aone_by_one, one_by_one
 from ..inflight import carried
 from ..scripts import EXTEND
 from ..server import AsyncServerBackend, Server, ServerBackend
@@ -110,7 +110,7 @@ class AsyncQuorumBackend(AsyncServerBackend):
         # caller, so a cancellation waits for its answer and gives back what it took after.
         if_silent = options.get("if_silent")
         give_back = None if if_silent is None else (
-            lambda: self.client.execute_command(*if_silent())
+            lambda: aone_by_one(self.client.execute_command, if_silent())
         )  # fmt: skip
         # No grace: a cut would not stop the thread, and a give-back could overtake it on a
         # slow member; each member's own timeout bounds it.

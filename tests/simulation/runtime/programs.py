@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_redis_lock import Lock, LockBackendError, LockNotOwned, Semaphore, lock_many
+from django_redis_lock.core.durations import clock_allowance
 from django_redis_lock.primitives.keys import lock_keys, permit_keys
 
 from ..choices import Choices
@@ -119,6 +120,7 @@ def _program(sim: Any, process: Any, client: str, role: Role) -> Any:
             if not acquired:
                 sim.trace.add(sim.now_us, client, "not acquired")
                 continue
+            _check_in_time(sim, client, primitive, role)
             holds = [
                 ledger.granted(client, name, _token(lock), getattr(lock, "fencing_token", 0) or 0,
                                _until_us(primitive), fenced=role.fencing, losses=losses)
@@ -134,6 +136,17 @@ def _program(sim: Any, process: Any, client: str, role: Role) -> Any:
                 sim.trace.add(sim.now_us, client, f"release failed: {error!r}")
 
     return run
+
+
+def _check_in_time(sim: Any, client: str, primitive: Any, role: Role) -> None:
+    """An acquisition that says "held" holds a lease that has not ended by its holder's own
+    reckoning (``held_until`` is that end less the allowance for Redis's clock): to the
+    microsecond, with no slack."""
+    until = primitive.held_until
+    ends_us = None if until is None else until * 1e6 + clock_allowance(role.lease_ms / 1000) * 1e6
+    if ends_us is None or ends_us <= sim.now_us:
+        sim.ledger.fail(f"{client}'s acquisition said it held the lock, whose lease had "
+                        "ended by its own reckoning")  # fmt: skip
 
 
 def _members(primitive: Any, role: Role) -> list[tuple[str, Any]]:

@@ -53,6 +53,9 @@ class RuntimeSimulation:
     clients: list[Actor] = field(default_factory=list)
     steps: int = 0
     interrupts: int = 0  # (cancellation faults: they must leave nothing held)
+    # Faults after which a lease may be left by nobody for a while (a crash, a connection cut,
+    # a restart); the others (a slow reply, a pause, an interrupt) must leave nothing.
+    disconnections: int = 0
 
     def __post_init__(self) -> None:
         self.scheduler = Scheduler(START_US)
@@ -221,6 +224,7 @@ class RuntimeSimulation:
             self.trace.add(self.now_us, str(link.process), f"{link}'s reply is SLOW")
             return
         self.network.cut(link)
+        self.disconnections += 1
         self.trace.add(self.now_us, str(link.process), f"{link} CUT, {kind}")
 
     def _fault(self) -> bool:
@@ -243,6 +247,7 @@ class RuntimeSimulation:
         if kind == "crash":
             process = self.choices.pick(alive)
             process.crashed = True
+            self.disconnections += 1
             for link in self.network.links:
                 if link.process is process:
                     self.network.cut(link)
@@ -250,7 +255,7 @@ class RuntimeSimulation:
             self.liveness.crashed(process)
         elif kind == "pause":
             process = self.choices.pick(alive)
-            ms = self.choices.pick((50, 500, 1500, 3000, 6000))
+            ms = self.choices.pick((50, 500, 1000, 1500, 3000, 6000, 10_000))
             process.paused_until_us = now + ms * 1000
             self.trace.add(now, str(process), f"PAUSES for {ms} ms")
         elif kind == "interrupt":
@@ -260,6 +265,7 @@ class RuntimeSimulation:
             self.ledger.faults -= 1  # (not a fault of the world: nothing may be left behind)
             self.trace.add(now, actor.name, "INTERRUPTED where it waits for a reply")
         else:
+            self.disconnections += 1
             self.world.restart(None)
             for link in self.network.links:
                 self.network.cut(link)
