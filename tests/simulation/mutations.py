@@ -162,11 +162,12 @@ def mutated_code(mutation: str) -> Iterator[None]:
         owner = getattr(owner, part)
     original = inspect.getattr_static(owner, name)
     function = original.__func__ if isinstance(original, staticmethod) else original
-    source = textwrap.dedent(inspect.getsource(function))
+    source = inspect.getsource(function)
     if old not in source:
         raise AssertionError(f"mutation {mutation!r}: {old!r} is no longer in {qualname}")
+    changed = textwrap.dedent(source.replace(old, new, 1))
     namespace = dict(vars(module))
-    exec(compile(source.replace(old, new, 1), inspect.getfile(function), "exec"), namespace)
+    exec(compile(changed, inspect.getfile(function), "exec"), namespace)
     replacement = namespace[name]
     if isinstance(original, staticmethod):
         replacement = staticmethod(replacement)

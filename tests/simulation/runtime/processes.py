@@ -39,6 +39,8 @@ class SimulatedProcess:
     renewer: Any = None
     process_id: str = ""
     acquiring: bool = False  # one of its clients waits for a lock now (liveness.py)
+    crash_at_us: int | None = None  # a crash the cast planned (programs.py), with faults on
+    slow_replies: int = 0  # replies to it held back past its timeouts (liveness.py)
 
     def __post_init__(self) -> None:
         owners.new_identity()  # (its random bytes: the simulation's seeded ones)

@@ -27,7 +27,7 @@ from .threads import Interrupted
 __all__ = ["WORKLOADS", "cast"]
 
 WORKLOADS = ("lock", "fair", "semaphore", "many")
-PERMITS = 2
+PERMITS = 2  # a semaphore's limit (or 1: a line forms more often)
 TAG = "{sim}"  # every name's keys in one hash slot, and the scripts' clock of that tag
 
 
@@ -42,34 +42,36 @@ class Role:
     wait_ms: int = 2000
     work_ms: int = 500
     rounds: int = 1
+    limit: int = 1  # a semaphore's permits
 
 
 def cast(sim: Any, workload: str, choices: Choices) -> None:
     """Add ``workload``'s clients to ``sim``, drawn from ``choices``."""
-    names = (
-        ("a", "b", "c") if workload == "many" else ("s",) if workload == "semaphore" else ("a",)
-    )
+    names = {"many": ("a", "b", "c"), "semaphore": ("s",)}.get(workload, ("a",))
+    limit = choices.pick((PERMITS, 1)) if workload == "semaphore" else 1
     for name in names:
         full = TAG + name
         if workload == "semaphore":
             permits = permit_keys(full, "default")
-            facts = LockFacts(PERMITS, permits.lease, permits.queue, permits.waiters, None)
+            facts = LockFacts(limit, permits.lease, permits.queue, permits.waiters, None)
         else:
             keys = lock_keys(full, "default")
             facts = LockFacts(1, keys.lease, keys.queue, keys.waiters, keys.result)
         sim.ledger.lock(full, facts)
     for index in range(choices.number(2, 4)):
-        role = _role(workload, names, choices)
+        role = _role(workload, names, choices, limit)
         if workload == "lock" and index in (1, 3):
             role = Role(**{**role.__dict__, "fair": False})
             sim.ledger.locks[TAG + names[0]].unfair = True
         process = sim.process()
         name = f"c{index + 1}"
-        sim.add_client(name, process, _program(sim, process, name, role),
-                       choices.pick((0, 0, 5, 400, 2500)))  # fmt: skip
+        arrival = choices.pick((0, 0, 5, 400, 2500))
+        if choices.chance(20):  # (a crash planned a while after it arrives: often in line)
+            process.crash_at_us = sim.now_us + (arrival + choices.pick((5, 300, 1500))) * 1000
+        sim.add_client(name, process, _program(sim, process, name, role), arrival)
 
 
-def _role(workload: str, names: tuple[str, ...], choices: Choices) -> Role:
+def _role(workload: str, names: tuple[str, ...], choices: Choices, limit: int) -> Role:
     members = names
     if workload == "many":
         picked = choices.pick(((0, 1), (1, 2), (0, 1, 2), (0, 2)))
@@ -83,6 +85,7 @@ def _role(workload: str, names: tuple[str, ...], choices: Choices) -> Role:
         wait_ms=choices.pick((2000, 0, 500, 8000)),
         work_ms=choices.pick((500, 10, 2500, 12_000)),
         rounds=choices.number(1, 2),
+        limit=limit,
     )
 
 
@@ -92,7 +95,7 @@ def _primitive(role: Role) -> Any:
     }  # fmt: skip
     names = [TAG + name for name in role.names]
     if role.kind == "semaphore":
-        return Semaphore(names[0], PERMITS, **options)
+        return Semaphore(names[0], role.limit, **options)
     if role.kind == "many":
         return lock_many(names, **options)
     return Lock(names[0], fencing=role.fencing, fair=role.fair, **options)
@@ -134,6 +137,7 @@ def _program(sim: Any, process: Any, client: str, role: Role) -> Any:
                 primitive.release()
             except (LockNotOwned, LockBackendError, Interrupted) as error:
                 sim.trace.add(sim.now_us, client, f"release failed: {error!r}")
+                sim.unreleased.update(hold.token for hold in holds)  # (they run out)
 
     return run
 

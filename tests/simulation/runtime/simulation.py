@@ -56,6 +56,9 @@ class RuntimeSimulation:
     # Faults after which a lease may be left by nobody for a while (a crash, a connection cut,
     # a restart); the others (a slow reply, a pause, an interrupt) must leave nothing.
     disconnections: int = 0
+    slow_replies: int = 0
+    # Tokens whose release failed (a LockBackendError: the lease runs out by itself).
+    unreleased: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.scheduler = Scheduler(START_US)
@@ -116,6 +119,12 @@ class RuntimeSimulation:
     def _step(self) -> None:
         now = self.now_us
         faulty = self.faults.on and self.steps <= self.fault_steps
+        for process in self.processes:
+            if process.crash_at_us is not None and process.crash_at_us <= now:
+                process.crash_at_us = None
+                if self.faults.on and not process.crashed:
+                    self._crash(process)
+                    return
         if faulty and self.choices.chance(self.faults.percent) and self._fault():
             return
         ready: list[Any] = [
@@ -219,6 +228,8 @@ class RuntimeSimulation:
         if kind == "lost after":
             self._deliver(link)
         if kind == "slow":
+            self.slow_replies += 1
+            link.process.slow_replies += 1
             self._deliver(link)
             link.slow_until_us = self.now_us + self.choices.pick((300, 2000, 8000)) * 1000
             self.trace.add(self.now_us, str(link.process), f"{link}'s reply is SLOW")
@@ -245,14 +256,10 @@ class RuntimeSimulation:
         kind = self.choices.pick(kinds)
         self.ledger.faults += 1
         if kind == "crash":
-            process = self.choices.pick(alive)
-            process.crashed = True
-            self.disconnections += 1
-            for link in self.network.links:
-                if link.process is process:
-                    self.network.cut(link)
-            self.trace.add(now, str(process), "CRASHES")
-            self.liveness.crashed(process)
+            waiting = [p for p in alive if p.acquiring]
+            # (Half of them in line: a dead waiter is what the queue must get past.)
+            process = self.choices.pick(waiting if waiting and self.choices.chance(50) else alive)
+            self._crash(process)
         elif kind == "pause":
             process = self.choices.pick(alive)
             ms = self.choices.pick((50, 500, 1000, 1500, 3000, 6000, 10_000))
@@ -274,6 +281,16 @@ class RuntimeSimulation:
             self.scheduler.now_us += 1
             self._observe()
         return True
+
+    def _crash(self, process: SimulatedProcess) -> None:
+        """``process`` dies: its threads stop where they are, its connections are cut."""
+        process.crashed = True
+        self.ledger.faults += 1
+        self.disconnections += 1
+        for link in self.network.links:
+            if link.process is process:
+                self.network.cut(link)
+        self.trace.add(self.now_us, str(process), "CRASHES")
 
     # -- the end ---------------------------------------------------------------------------------
 
