@@ -11,12 +11,13 @@ TOX_ARGS ?=
 PYENV_BINS := $(shell root=$$(pyenv root 2>/dev/null) && for v in "$$root"/versions/3.1[0-9]*; do [ -x "$$v/bin/python" ] && printf '%s:' "$$v/bin"; done)
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test simulate lint format tox bench docs docs-serve clean
+.PHONY: help demo test simulate mutants lint format tox bench docs docs-serve clean
 
 help:
 	@echo "make demo   serve the example project on http://127.0.0.1:$(PORT)/ (make demo PORT=8001; embedded Redis unless REDIS_URL is set)"
 	@echo "make test   run the whole test suite against private redis-server processes, in 4 workers (SERVER=valkey: valkey-server; PYTEST_ARGS='tests/locks/test_lock.py -x': a part; TEST_JOBS=0: one process)"
 	@echo "make simulate  a campaign of the protocol's simulation: 100,000 schedules per workload and topology, faults on (SCHEDULES=n WORKLOAD=w TOPOLOGY=t FAULTS=off; SEED=n replays one, with its trace)"
+	@echo "make mutants  each planted mutation in a scratch copy: does the runtime simulation's share find it, does the suite (MUTANT_TESTS=tests/locks)? A table; fails when the simulation misses one"
 	@echo "make docs   build the documentation site into site/, strictly (a broken link, anchor or API reference fails); make docs-serve: serve it on :8001 while editing"
 	@echo "make lint   ruff, mypy and the import contracts (lint-imports)"
 	@echo "make tox    the Python x Django matrix (a missing Python fails it; SKIP_MISSING=1 skips instead)"
@@ -43,13 +44,19 @@ TEST_JOBS ?= 4
 test: $(VENV)/.installed-test
 	TEST_SERVER=$(SERVER) $(BIN)/python -m pytest -n $(TEST_JOBS) --dist worksteal $(PYTEST_ARGS)
 
-# The deterministic simulation (tests/simulation/): a campaign, or one schedule replayed.
+# The deterministic simulation (tests/simulation/): a campaign, or one schedule replayed; then
+# the runtime simulation's campaign (tests/simulation/runtime/: the library's own code).
 SIMULATE_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(WORKLOAD),--workload $(WORKLOAD)) \
 	$(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(FAULTS),--faults $(FAULTS)) \
 	$(if $(SCHEDULES),--schedules $(SCHEDULES)) $(if $(JOBS),--jobs $(JOBS)) \
 	$(if $(FIRST_SEED),--first-seed $(FIRST_SEED)) $(if $(RESULTS),--results $(RESULTS))
 simulate: $(VENV)/.installed-test
 	$(BIN)/python -m tests.simulation $(SIMULATE_ARGS)
+	$(if $(SEED),,$(BIN)/python -m tests.simulation.runtime campaign $(if $(SCHEDULES),--schedules $(SCHEDULES)) $(if $(WORKLOAD),--workload $(WORKLOAD)) $(if $(FAULTS),--faults $(FAULTS)))
+
+# Each planted mutation (tests/simulation/mutations.py) in a scratch copy of the tree.
+mutants: $(VENV)/.installed-test
+	$(BIN)/python -m dev.mutants
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

@@ -5,8 +5,9 @@ import redis
 from redis.connection import Connection
 
 from django_redis_lock import Lock
-from django_redis_lock.backends.scripts import EXTEND
+from django_redis_lock.backends.scripts import EXTEND, JOIN, PERMIT_ACQUIRE
 from django_redis_lock.backends.wire import execute, execute_many, pack
+from django_redis_lock.primitives.keys import lock_keys, permit_keys
 
 
 @pytest.mark.parametrize(
@@ -60,8 +61,6 @@ def test_batched_renewal_survives_script_flush(settings, redis_client):
 
 
 def _join(client, keys, token, mode, flags="ob"):
-    from django_redis_lock.backends.scripts import JOIN
-
     args = (token, 10_000, "record", mode, flags, 3000)
     wake = keys.wake(token)
     return client.evalsha(
@@ -70,8 +69,6 @@ def _join(client, keys, token, mode, flags="ob"):
 
 
 def _permit(client, keys, token, mode, flags="ob"):
-    from django_redis_lock.backends.scripts import PERMIT_ACQUIRE
-
     args = (token, 10_000, "record", mode, flags, 3000, 2)
     return client.evalsha(
         PERMIT_ACQUIRE.sha, 5, keys.lease, keys.owners, keys.queue, keys.waiters,
@@ -81,16 +78,12 @@ def _permit(client, keys, token, mode, flags="ob"):
 
 @pytest.fixture
 def scripts_loaded(redis_client):
-    from django_redis_lock.backends.scripts import JOIN, PERMIT_ACQUIRE
-
     for script in (JOIN, PERMIT_ACQUIRE):
         redis_client.script_load(script.source)
 
 
 @pytest.mark.parametrize("held", [False, True])
 def test_a_join_after_its_own_leave_takes_and_queues_nothing(redis_client, scripts_loaded, held):
-    from django_redis_lock.primitives.keys import lock_keys
-
     keys = lock_keys("late-join", "default")
     if held:
         redis_client.set(keys.lease, "holder|0|0|record", px=10_000)
@@ -107,8 +100,6 @@ def test_a_join_after_its_own_leave_takes_and_queues_nothing(redis_client, scrip
 
 
 def test_a_leave_after_its_join_leaves_no_trace(redis_client, scripts_loaded):
-    from django_redis_lock.primitives.keys import lock_keys
-
     keys = lock_keys("plain-leave", "default")
     redis_client.set(keys.lease, "holder|0|0|record", px=10_000)
     assert _join(redis_client, keys, "waiter", 1, "o")[0] == 0
@@ -121,8 +112,6 @@ def test_a_leave_after_its_join_leaves_no_trace(redis_client, scripts_loaded):
 def test_a_permit_request_after_its_own_leave_takes_and_queues_nothing(
     redis_client, scripts_loaded
 ):
-    from django_redis_lock.primitives.keys import permit_keys
-
     keys = permit_keys("late-permit", "default")
     assert _permit(redis_client, keys, "late", 3) == [0, 0, None]
     assert _permit(redis_client, keys, "late", 1)[0] == 0

@@ -133,10 +133,10 @@ MUTATIONS.update({
     # A leave that finds no entry says nothing: a join overtaken by it queues a token nobody
     # waits for (found by this simulation).
     "a leave overtaken by its join": (
-        "join",
-        "    redis.call('HSET', KEYS[3], token, LEFT)",
+        "permit_acquire",
+        "    redis.call('HSET', KEYS[4], token, LEFT)",
         "",
-        "lock",
+        "semaphore",
     ),
 })  # fmt: skip
 

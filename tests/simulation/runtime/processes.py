@@ -5,7 +5,7 @@ tokens it holds, its re-entrant holds) is swapped in whenever one of its threads
 (:meth:`SimulatedProcess.enter`), as an operating system switches address spaces: a process
 crashes (all its threads at once, its watchdog with them) and the others go on.
 
-:data:`PER_PROCESS` names what is swapped; ``tests/simulation/runtime/test_processes.py``
+:data:`PER_PROCESS` names what is swapped; ``tests/locks/test_runtime_simulation.py``
 fails when the library grows a per-process object that it does not name.
 """
 

@@ -266,7 +266,11 @@ class RuntimeSimulation:
             process.paused_until_us = now + ms * 1000
             self.trace.add(now, str(process), f"PAUSES for {ms} ms")
         elif kind == "interrupt":
-            actor = self.choices.pick(blocked_readers)
+            # (Half of them while the request is still on its way: what it sent arrives after
+            # whatever the interrupted call sends next, on another connection.)
+            in_flight = [a for a in blocked_readers if a.wait and a.wait.link.outbound]
+            pool = in_flight if in_flight and self.choices.chance(50) else blocked_readers
+            actor = self.choices.pick(pool)
             actor.throw = Interrupted("simulated: interrupted")
             self.interrupts += 1
             self.ledger.faults -= 1  # (not a fault of the world: nothing may be left behind)

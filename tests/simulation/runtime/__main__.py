@@ -1,0 +1,175 @@
+"""``python -m tests.simulation.runtime``: schedules of the library's own code, in this process
+(it takes the process over: ``threads.py``), on a private redis-server of its own.
+
+    python -m tests.simulation.runtime share                  # the suite's share (CI)
+    python -m tests.simulation.runtime mutants                # the share finds each mutation
+    python -m tests.simulation.runtime campaign --schedules 100000 --workload lock
+    python -m tests.simulation.runtime replay --seed 4711 --workload semaphore
+
+Exit status 1 when a schedule failed (``share``, ``campaign``), a mutation went unnoticed
+(``mutants``), or a replayed schedule failed (``replay``, which prints its trace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ..choices import SeededChoices
+from ..mutations import CODE_MUTATIONS, MUTATIONS, mutated_code, patch_for
+from ..simulation import FAULTS_ON, NO_FAULTS, SimulationFailed
+from ..topology import simulated_topology
+from ..world import World, WorldFault
+from . import WORKLOADS, run_runtime_schedule
+
+# The suite's share: seeds 0 to SHARE - 1 of each workload, faults on and off (~20 s).
+SHARE = 120
+
+# Where the share looks for each planted mutation: (first seed, schedules). A search from 0
+# finds each at the seed in its comment; the share starts a little before it, so that a change
+# of the simulation that moves it fails here and is looked at, not skipped. ``mutants --full``
+# searches seeds 0-9,999 for each (the issue's bound). The scripts' mutations that only the
+# flows' simulation finds (``join forgets when it queued``, ``extend ignores the token``, the
+# result's) are in tests/locks/test_simulation.py.
+PLANTED: dict[str, tuple[int, int]] = {
+    "lock_many keeps what it took": (40, 60),  # 61
+    "no give-back after a lost reply": (1930, 60),  # 1954
+    "a grant used at its lease's last moment": (950, 60),  # 980
+    "lock_many forgets a lapsed member": (70, 60),  # 97
+    "a dead semaphore waiter is never pruned": (1600, 60),  # 1625
+    "a leave overtaken by its join": (3630, 60),  # 3655
+    "release ignores the token": (10, 60),  # 37
+    "unfair release never serves the starved": (160, 60),  # 187
+    "semaphore miscounts": (0, 60),  # 0
+}
+
+
+def workload_of(mutation: str) -> str:
+    """The workload that should notice ``mutation``."""
+    if mutation in CODE_MUTATIONS:
+        return CODE_MUTATIONS[mutation][4]
+    return MUTATIONS[mutation][3]
+
+
+@contextlib.contextmanager
+def _applied(mutation: str | None) -> Iterator[Any]:
+    """The mutation in place (the code's), and the scripts' patch (None: none)."""
+    if mutation is None:
+        yield None
+    elif mutation in CODE_MUTATIONS:
+        with mutated_code(mutation):
+            yield None
+    else:
+        yield patch_for(mutation)
+
+
+def _run(world: World, workload: str, seed: int, faults: Any, patch: Any) -> str | None:
+    """One schedule: None when it passed, else why it failed (a world that broke: again)."""
+    for _ in range(3):
+        try:
+            run_runtime_schedule(world, workload, SeededChoices(seed), faults, patch)
+        except WorldFault:
+            continue
+        except SimulationFailed as failure:
+            return str(failure)
+        return None
+    return "the world broke three times"
+
+
+def _share(world: World) -> int:
+    failed = 0
+    started = time.perf_counter()
+    for workload in WORKLOADS:
+        for faults in (NO_FAULTS, FAULTS_ON):
+            for seed in range(SHARE):
+                why = _run(world, workload, seed, faults, None)
+                if why is not None:
+                    failed += 1
+                    print(f"FAILED {workload} seed {seed} faults {'on' if faults.on else 'off'}:")
+                    print(why)
+    count = len(WORKLOADS) * 2 * SHARE
+    print(f"{count} schedules, {failed} failed, {time.perf_counter() - started:.1f} s")
+    return 1 if failed else 0
+
+
+def _mutants(world: World, full: bool) -> int:
+    missed = 0
+    print("| planted mutation | workload | found at seed | seconds |")
+    print("|---|---|---|---|")
+    for mutation, (first, count) in PLANTED.items():
+        if full:
+            first, count = 0, 10_000
+        workload = workload_of(mutation)
+        started = time.perf_counter()
+        found = None
+        with _applied(mutation) as patch:
+            for seed in range(first, first + count):
+                if _run(world, workload, seed, FAULTS_ON, patch) is not None:
+                    found = seed
+                    break
+        seconds = time.perf_counter() - started
+        missed += found is None
+        at = str(found) if found is not None else f"MISSED ({first}-{first + count - 1})"
+        print(f"| {mutation} | {workload} | {at} | {seconds:.1f} |", flush=True)
+    return 1 if missed else 0
+
+
+def _campaign(world: World, args: argparse.Namespace) -> int:
+    failed = 0
+    started = time.perf_counter()
+    faults = FAULTS_ON if args.faults == "on" else NO_FAULTS
+    workloads = [w for w in args.workload or WORKLOADS if w in WORKLOADS]
+    if not workloads:
+        print(f"{', '.join(args.workload)}: not a workload of the runtime simulation; none run")
+        return 0
+    for workload in workloads:
+        for seed in range(args.first_seed, args.first_seed + args.schedules):
+            why = _run(world, workload, seed, faults, None)
+            if why is not None:
+                failed += 1
+                print(f"FAILED {workload} seed {seed}: replay with python -m "
+                      f"tests.simulation.runtime replay --seed {seed} --workload {workload}"
+                      f" --faults {args.faults}\n{why.splitlines()[0]}", flush=True)  # fmt: skip
+    total = args.schedules * len(workloads)
+    print(f"{total:,} schedules, {failed} failed, {time.perf_counter() - started:,.0f} s")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.simulation.runtime")
+    parser.add_argument("command", choices=("share", "mutants", "campaign", "replay"))
+    parser.add_argument("--workload", action="append", help=f"one of {', '.join(WORKLOADS)}")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--schedules", type=int, default=100_000)
+    parser.add_argument("--faults", choices=("on", "off"), default="on")
+    parser.add_argument("--mutation", help="replay: with this planted mutation")
+    parser.add_argument("--full", action="store_true", help="mutants: seeds 0-9,999 each")
+    args = parser.parse_args(argv)
+    logging.getLogger("django_redis_lock").setLevel(logging.CRITICAL)  # (faults log errors)
+    world = simulated_topology("server", tempfile.mkdtemp(prefix="simulate-runtime-"))
+    try:
+        if args.command == "share":
+            return _share(world)
+        if args.command == "mutants":
+            return _mutants(world, args.full)
+        if args.command == "campaign":
+            return _campaign(world, args)
+        workload = (args.workload or [workload_of(args.mutation) if args.mutation else "lock"])[0]
+        faults = FAULTS_ON if args.faults == "on" else NO_FAULTS
+        with _applied(args.mutation) as patch:
+            why = _run(world, workload, args.seed, faults, patch)
+        print(why or "passed")
+        return 1 if why else 0
+    finally:
+        world.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
