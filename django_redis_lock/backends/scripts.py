@@ -183,15 +183,16 @@ end"""
 # in ``queue`` that is still counted alive is counted dead (0: none, among the first
 # AHEAD_LOOKS): the waiter behind ends its block by then, since the lease may be handed to that
 # one and end with its liveness.
-# LEFT: the waiters' entry of a token whose acquisition was interrupted before it knew
-# whether its join arrived (join.lua, permit_acquire.lua: mode 3 found no entry): a join of
-# that token that arrives later (sent on a connection the interruption closed, overtaken by the
-# leave on another) queues nothing and takes nothing. Its liveness deadline, 0, counts it dead
-# wherever an entry is read; it is never in the queue.
+# LEFT: the mark a leave (join.lua's and permit_acquire.lua's mode 3: an acquisition
+# interrupted) leaves on the token's own wake-up list, for QUEUE_TTL_MS: a request of that token
+# that arrives after it (sent on a connection the interruption closed, overtaken by the leave
+# on another) queues nothing and takes nothing, and the block sent behind it pops the mark at
+# once. No release's message looks like it (they start with a digit, or are empty); a token is
+# one acquisition's, so nothing legitimate comes after its leave.
 _CONSTANTS = f"""
 local QUEUE_TTL_MS, HANDOFF_MS = {QUEUE_TTL_MS}, {HANDOFF_MS}
 local LOST_RACE_RETRY_MS = {LOST_RACE_RETRY_MS}
-local LEFT = '0|left|'
+local LEFT = '!left'
 """
 _HELPERS = {
     "duration": f"""

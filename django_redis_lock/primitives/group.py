@@ -110,7 +110,7 @@ class LockGroup:
         """Until when (``time.monotonic()`` seconds) this thread/task may act as the holder of
         every member (``Lock.held_until``, the soonest); None when it does not hold them all."""
         ends = [lock.held_until for lock in self._locks]
-        return None if not ends or None in ends else min(e for e in ends if e is not None)
+        return None if None in ends else min(e for e in ends if e is not None)
 
     @property
     def lost(self) -> bool:
@@ -161,9 +161,11 @@ class LockGroup:
             wait = lock_settings.WAIT
         deadline = self.clock() + wait
         taken: list[Lock] = []
+        left: dict[int, float] = {}  # a member's lease left when it was taken (s)
         try:
             if self._one_script is not False:
                 yield TakeFree(wait, taken)
+                left.update((id(member), self._left(member)) for member in taken)
             for member in self._locks:
                 if member in taken:
                     continue
@@ -172,15 +174,18 @@ class LockGroup:
                     yield from self._undo(taken)
                     return Claim(False, refusal=claim.refusal)
                 taken.append(member)
-            # A member taken first may have run through its lease (a fixed one shorter than
-            # the wait, a pause) while a later one was waited for: it gets its lease again,
-            # or the group is not held (a lease that ended may be another's by now).
+                left[id(member)] = self._left(member)
+            # A member taken early may have run through most of its lease, or all of it (a
+            # fixed lease shorter than the wait for a later one, a pause) while a later one was
+            # waited for: one with less than half of what it had left gets its lease again (as
+            # Redisson's MultiLock does), or the group is not held: a lease that ended may be
+            # another's by now.
             for member in taken:
-                until = member.held_until
-                if until is None or until <= self.clock():
+                now_left = self._left(member)
+                if now_left == 0 or now_left < left[id(member)] / 2:
                     try:
                         yield Refresh(member)
-                    except (LockNotOwned, LockLost):
+                    except LockNotOwned:
                         taken.remove(member)
                         yield from self._undo(taken)
                         return Claim(False, refusal=LockNotAcquired(member.name, waited=wait))
@@ -190,6 +195,13 @@ class LockGroup:
             yield from self._undo(taken)
             raise
         return Claim(True)
+
+    @staticmethod
+    def _left(member: Lock) -> float:
+        """Seconds of ``member``'s lease left, by its own reckoning (0: none, or lost). On the
+        monotonic clock the holds count by (``self.clock`` times only the group's wait)."""
+        until = member.held_until
+        return 0.0 if until is None else max(0.0, until - time.monotonic())
 
     @staticmethod
     def _undo(taken: list[Lock]) -> Generator[Any, Any, None]:

@@ -4,6 +4,9 @@ real redis-server, with the real scripts, one request at a time, in an order dec
 seeded random source or by Hypothesis; time is simulated; faults are scheduled events; and the
 invariants are checked after every step. See ``simulation.py`` for a step, ``ledger.py`` for
 the invariants, ``workloads.py`` for the clients, ``__main__.py`` for ``make simulate``.
+
+``runtime/`` runs the library's own code (``Lock``, ``Semaphore``, ``lock_many`` as users call
+them) under the same kind of scheduler, with the same ledger, worlds and mutations.
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
     "lock_many forgets a lapsed member": (
         "django_redis_lock.primitives.group",
         "LockGroup._acquisition",
-        "                if until is None or until <= self.clock():",
+        "                if now_left == 0 or now_left < left[id(member)] / 2:",
         "                if False:",
         "many",
     ),
@@ -130,12 +130,12 @@ MUTATIONS.update({
         "if entry then",
         "semaphore",
     ),
-    # A leave that finds no entry says nothing: a join overtaken by it queues a token nobody
-    # waits for (found by this simulation).
+    # A request that comes after its own leave does not see the mark the leave left: a join
+    # overtaken by its leave queues a token nobody waits for (found by this simulation).
     "a leave overtaken by its join": (
         "permit_acquire",
-        "    redis.call('HSET', KEYS[4], token, LEFT)",
-        "",
+        "if mode ~= 3 and redis.call('LINDEX', KEYS[5], -1) == LEFT then",
+        "if false then",
         "semaphore",
     ),
 })  # fmt: skip

@@ -52,11 +52,16 @@ local function unblock()
   end
 end
 
-if mode ~= 3 and redis.call('HGET', KEYS[3], token) == LEFT then
-  -- Our acquisition was interrupted and has left (LEFT, scripts.py): this join came after the
-  -- leave, on another connection. Nobody reads this reply; nothing is queued or taken.
-  redis.call('HDEL', KEYS[3], token)
-  unblock()
+-- Our acquisition is over (mode 3): say so on our wake-up list, so that a request of ours
+-- still on its way finds it (LEFT, scripts.py).
+local function mark_left()
+  redis.call('DEL', KEYS[4])
+  redis.call('RPUSH', KEYS[4], LEFT)
+  redis.call('PEXPIRE', KEYS[4], QUEUE_TTL_MS)
+end
+if mode ~= 3 and redis.call('LINDEX', KEYS[4], -1) == LEFT then
+  -- This request came after our leave, on another connection: nobody reads this reply, and
+  -- nothing is queued or taken. (The block behind it, if any, pops the mark at once.)
   return {0, 0, false, 0, false}
 end
 
@@ -71,6 +76,7 @@ if holder and string.sub(holder, 1, #token + 1) == token .. '|' then
   local ms = lease
   if mode == 3 then
     ms = redis.call('PTTL', KEYS[1])
+    mark_left()
   else
     redis.call('PEXPIRE', KEYS[1], lease)
   end
@@ -84,14 +90,8 @@ if holder and string.sub(holder, 1, #token + 1) == token .. '|' then
   return {1, fence, ms, message}
 end
 if mode == 3 then
-  if redis.call('HDEL', KEYS[3], token) == 1 then
-    redis.call('LREM', KEYS[2], 1, token)
-  else
-    -- Not in line: our join may still be on its way (interrupted before its reply, on a
-    -- connection that then closed): it must find that we left.
-    redis.call('HSET', KEYS[3], token, LEFT)
-    redis.call('PEXPIRE', KEYS[3], QUEUE_TTL_MS)
-  end
+  leave()
+  mark_left()
   return {0, 0, false}
 end
 if wants_result(flags) then

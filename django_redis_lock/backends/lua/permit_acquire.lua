@@ -38,11 +38,16 @@ local function unblock()
   end
 end
 
-if mode ~= 3 and redis.call('HGET', KEYS[4], token) == LEFT then
-  -- Our acquisition was interrupted and has left (LEFT, scripts.py): this request came after
-  -- the leave, on another connection. Nobody reads this reply; nothing is queued or taken.
-  redis.call('HDEL', KEYS[4], token)
-  unblock()
+-- Our acquisition is over (mode 3): say so on our wake-up list, so that a request of ours
+-- still on its way finds it (LEFT, scripts.py).
+local function mark_left()
+  redis.call('DEL', KEYS[5])
+  redis.call('RPUSH', KEYS[5], LEFT)
+  redis.call('PEXPIRE', KEYS[5], QUEUE_TTL_MS)
+end
+if mode ~= 3 and redis.call('LINDEX', KEYS[5], -1) == LEFT then
+  -- This request came after our leave, on another connection: nobody reads this reply, and
+  -- nothing is queued or taken. (The block behind it, if any, pops the mark at once.)
   return {0, 0, false, 0, false}
 end
 
@@ -56,6 +61,7 @@ if mine and tonumber(mine) > now then
   local ms = lease
   if mode == 3 then
     ms = tonumber(mine) - now
+    mark_left()
   else
     redis.call('ZADD', KEYS[1], now + lease, token)
     permits_expire(now)
@@ -66,14 +72,8 @@ if mine and tonumber(mine) > now then
   return {1, 0, ms, '0|' .. ms .. '|0|' .. handed .. '|' .. table.concat(after, ' '), 0}
 end
 if mode == 3 then
-  if redis.call('HDEL', KEYS[4], token) == 1 then
-    redis.call('LREM', KEYS[3], 1, token)
-  else
-    -- Not in line: our request may still be on its way (interrupted before its reply, on a
-    -- connection that then closed): it must find that we left.
-    redis.call('HSET', KEYS[4], token, LEFT)
-    redis.call('PEXPIRE', KEYS[4], QUEUE_TTL_MS)
-  end
+  leave()
+  mark_left()
   return {0, 0, false}
 end
 permits_purge(now)
