@@ -199,7 +199,7 @@ class LockGroup:
     @staticmethod
     def _left(member: Lock) -> float:
         """Seconds of ``member``'s lease left, by its own reckoning (0: none, or lost). On the
-        monotonic clock the holds count by (``self.clock`` times only the group's wait)."""
+        monotonic clock the holds count by (the group's own clock times only its wait)."""
         until = member.held_until
         return 0.0 if until is None else max(0.0, until - time.monotonic())
 
