@@ -188,13 +188,24 @@ end"""
 # that arrives after it (sent on a connection the interruption closed, overtaken by the leave
 # on another) queues nothing and takes nothing, and the block sent behind it pops the mark at
 # once. No release's message looks like it (they start with a digit, or are empty); a token is
-# one acquisition's, so nothing legitimate comes after its leave.
+# one acquisition's, so nothing legitimate comes after its leave. mark_left(wake) leaves it;
+# left_already(wake) finds it.
 _CONSTANTS = f"""
 local QUEUE_TTL_MS, HANDOFF_MS = {QUEUE_TTL_MS}, {HANDOFF_MS}
 local LOST_RACE_RETRY_MS = {LOST_RACE_RETRY_MS}
 local LEFT = '!left'
 """
 _HELPERS = {
+    "mark_left": """
+local function mark_left(wake)
+  redis.call('DEL', wake)
+  redis.call('RPUSH', wake, LEFT)
+  redis.call('PEXPIRE', wake, QUEUE_TTL_MS)
+end""",
+    "left_already": """
+local function left_already(wake)
+  return redis.call('LINDEX', wake, -1) == LEFT
+end""",
     "duration": f"""
 local function duration(value)
   local ms = tonumber(value)

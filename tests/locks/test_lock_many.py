@@ -336,20 +336,27 @@ def test_a_release_interrupted_midway_releases_the_others_first(redis_client, mo
     interrupted.release()
 
 
+def _group_waited_past_a_lease(redis_client, prefix):
+    """``lock_many([a, b], timeout=0.3)`` waiting in b's line (b held by another) until a's
+    lease has run out; returns b's holder, the group and the list its claim will be put in."""
+    other = Lock(f"{prefix}:b")
+    assert other.acquire()
+    group = lock_many([f"{prefix}:a", f"{prefix}:b"], timeout=0.3, wait=30)
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(group.claim()), daemon=True)
+    thread.start()
+    queue = lock_keys(f"{prefix}:b", "default").queue
+    wait_until(lambda: redis_client.llen(queue) == 1, 10, "the group in b's line")
+    wait_until(lambda: not redis_client.exists(lease(f"{prefix}:a")), 10, "a's lease to end")
+    return other, group, outcome, thread
+
+
 def test_a_member_that_lapsed_while_a_later_one_was_waited_for_is_not_held(redis_client):
     """Found by the simulation of the library's own code (tests/simulation/runtime/): a member
     taken first, with a fixed lease shorter than the wait for a later one, ran out and was
-    another's; the group still said it held both. Now the member taken first gets its lease
+    another's; the group still said it held both. Now a member taken early gets its lease
     again when the group completes, and the group is not held when it cannot."""
-    other = Lock("lapse:b")
-    assert other.acquire()
-    group = lock_many(["lapse:a", "lapse:b"], timeout=0.3, wait=30)
-    outcome = []
-    thread = threading.Thread(target=lambda: outcome.append(group.claim()))
-    thread.start()
-    queue = lock_keys("lapse:b", "default").queue
-    wait_until(lambda: redis_client.llen(queue) == 1, 10, "the group in b's line")
-    wait_until(lambda: not redis_client.exists(lease("lapse:a")), 10, "a's lease to run out")
+    other, group, outcome, thread = _group_waited_past_a_lease(redis_client, "lapse")
     third = Lock("lapse:a")
     assert third.acquire(wait=0)
     other.release()  # the group takes b, and finds a gone
@@ -361,26 +368,18 @@ def test_a_member_that_lapsed_while_a_later_one_was_waited_for_is_not_held(redis
     assert lease_token(redis_client, lease("lapse:a")) == third.token  # untouched
     assert not redis_client.exists(lease("lapse:b"))  # given back
     third.release()
-    assert keys_left(redis_client) == []
+    wait_until(lambda: keys_left(redis_client) == [], 10, "nothing left")
 
 
 def test_a_member_that_ran_out_unclaimed_is_not_held_either(redis_client):
     """The same with nobody taking the member that ran out: its lease is gone from Redis, so
     the extension finds it gone (a lease that ended is no one's to lengthen): not held, and
     nothing left behind."""
-    other = Lock("again:b")
-    assert other.acquire()
-    group = lock_many(["again:a", "again:b"], timeout=0.3, wait=30)
-    outcome = []
-    thread = threading.Thread(target=lambda: outcome.append(group.claim()))
-    thread.start()
-    queue = lock_keys("again:b", "default").queue
-    wait_until(lambda: redis_client.llen(queue) == 1, 10, "the group in b's line")
-    wait_until(lambda: not redis_client.exists(lease("again:a")), 10, "a's lease to run out")
+    other, group, outcome, thread = _group_waited_past_a_lease(redis_client, "again")
     other.release()
     thread.join(30)
     assert [claim.acquired for claim in outcome] == [False]
     assert not group.held
-    assert not redis_client.exists(lease("again:a"), lease("again:b"), queue)
+    assert not redis_client.exists(lease("again:a"), lease("again:b"))
     # (the wake-up b's release pushed ends with its 1 s expiry)
     wait_until(lambda: keys_left(redis_client) == [], 10, "nothing left")

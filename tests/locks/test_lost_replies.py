@@ -347,6 +347,36 @@ def test_a_failed_release_is_finished_by_the_next_acquisition(
     assert errors(caplog) == []
 
 
+def _given_up_on_a_stopped_server(server, api, primitive):
+    """``primitive.acquire(wait=0)`` (or ``aacquire``) while ``server`` is stopped (SIGSTOP),
+    until it gives up; then the server goes on, and runs what it was sent. Returns what the
+    acquisition got: ``{"got": ...}`` or ``{"error": LockBackendError}``."""
+    outcome = {}
+
+    def attempt():
+        try:
+            outcome["got"] = primitive.acquire(wait=0) if api == "sync" else run(warm_then())
+        except LockBackendError as error:
+            outcome["error"] = error
+
+    async def warm_then():
+        async with Lock("async-warm-up", timeout=1):
+            pass
+        os.kill(server.pid, signal.SIGSTOP)
+        return await primitive.aacquire(wait=0)
+
+    if api == "sync":
+        os.kill(server.pid, signal.SIGSTOP)
+    thread = threading.Thread(target=attempt)
+    thread.start()
+    try:
+        wait_until(lambda: outcome, 10, "the acquisition to give up")
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    thread.join(10)
+    return outcome
+
+
 @pytest.mark.parametrize(("api", "fencing"), [("sync", False), ("async", False), ("sync", True)])
 def test_an_acquisition_that_gave_up_on_a_busy_redis_gives_the_lease_back(
     settings, redis_server_factory, redis_client, api, fencing
@@ -358,30 +388,7 @@ def test_an_acquisition_that_gave_up_on_a_busy_redis_gives_the_lease_back(
     settings.CACHES = django_redis_caches(server.url, SOCKET_TIMEOUT=30)
     # A pooled connection, as in a running process (and take.lua loaded, for a fenced one).
     Lock("warm-up", timeout=1, fencing=fencing).acquire()
-    outcome = {}
-
-    def attempt():
-        lock = Lock("busy", timeout=30, fencing=fencing)
-        try:
-            outcome["got"] = lock.acquire(wait=0) if api == "sync" else run(warm_then(lock))
-        except LockBackendError as error:
-            outcome["error"] = error
-
-    async def warm_then(lock):
-        async with Lock("async-warm-up", timeout=1):
-            pass
-        os.kill(server.pid, signal.SIGSTOP)
-        return await lock.aacquire(wait=0)
-
-    if api == "sync":
-        os.kill(server.pid, signal.SIGSTOP)
-    thread = threading.Thread(target=attempt)
-    thread.start()
-    try:
-        wait_until(lambda: outcome, 10, "the acquisition to give up")
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
-    thread.join(10)
+    outcome = _given_up_on_a_stopped_server(server, api, Lock("busy", timeout=30, fencing=fencing))
     assert "did not answer" in str(outcome["error"])
     client = redis.Redis.from_url(server.url)
     assert not client.exists(lease_key("busy"))  # given back, after Redis ran the ACQUIRE
@@ -421,30 +428,8 @@ def test_a_group_that_gave_up_on_a_busy_redis_gives_every_lease_back(
     server = redis_server_factory()
     settings.CACHES = django_redis_caches(server.url, SOCKET_TIMEOUT=30)
     lock_many(["warm-a", "warm-b"], timeout=1).acquire()  # (take_many.lua loaded)
-    outcome = {}
-
-    def attempt():
-        group = lock_many(["busy-group:a", "busy-group:b"], timeout=30)
-        try:
-            outcome["got"] = group.acquire(wait=0) if api == "sync" else run(warm_then(group))
-        except LockBackendError as error:
-            outcome["error"] = error
-
-    async def warm_then(group):
-        async with Lock("async-warm-up", timeout=1):
-            pass
-        os.kill(server.pid, signal.SIGSTOP)
-        return await group.aacquire(wait=0)
-
-    if api == "sync":
-        os.kill(server.pid, signal.SIGSTOP)
-    thread = threading.Thread(target=attempt)
-    thread.start()
-    try:
-        wait_until(lambda: outcome, 10, "the acquisition to give up")
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
-    thread.join(10)
+    group = lock_many(["busy-group:a", "busy-group:b"], timeout=30)
+    outcome = _given_up_on_a_stopped_server(server, api, group)
     assert "did not answer" in str(outcome["error"])
     client = redis.Redis.from_url(server.url)
     assert client.ping()  # (what was sent before has run)

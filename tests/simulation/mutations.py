@@ -134,7 +134,7 @@ MUTATIONS.update({
     # overtaken by its leave queues a token nobody waits for (found by this simulation).
     "a leave overtaken by its join": (
         "permit_acquire",
-        "if mode ~= 3 and redis.call('LINDEX', KEYS[5], -1) == LEFT then",
+        "if mode ~= 3 and left_already(KEYS[5]) then",
         "if false then",
         "semaphore",
     ),

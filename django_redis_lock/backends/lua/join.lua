@@ -52,14 +52,9 @@ local function unblock()
   end
 end
 
--- Our acquisition is over (mode 3): say so on our wake-up list, so that a request of ours
--- still on its way finds it (LEFT, scripts.py).
-local function mark_left()
-  redis.call('DEL', KEYS[4])
-  redis.call('RPUSH', KEYS[4], LEFT)
-  redis.call('PEXPIRE', KEYS[4], QUEUE_TTL_MS)
-end
-if mode ~= 3 and redis.call('LINDEX', KEYS[4], -1) == LEFT then
+-- Our acquisition over (mode 3), we say so on our wake-up list, for a request of ours still on
+-- its way (mark_left, LEFT: scripts.py). This is one, if that is there already.
+if mode ~= 3 and left_already(KEYS[4]) then
   -- This request came after our leave, on another connection: nobody reads this reply, and
   -- nothing is queued or taken. (The block behind it, if any, pops the mark at once.)
   return {0, 0, false, 0, false}
@@ -76,7 +71,7 @@ if holder and string.sub(holder, 1, #token + 1) == token .. '|' then
   local ms = lease
   if mode == 3 then
     ms = redis.call('PTTL', KEYS[1])
-    mark_left()
+    mark_left(KEYS[4])
   else
     redis.call('PEXPIRE', KEYS[1], lease)
   end
@@ -91,7 +86,7 @@ if holder and string.sub(holder, 1, #token + 1) == token .. '|' then
 end
 if mode == 3 then
   leave()
-  mark_left()
+  mark_left(KEYS[4])
   return {0, 0, false}
 end
 if wants_result(flags) then

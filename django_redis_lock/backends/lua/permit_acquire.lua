@@ -38,14 +38,9 @@ local function unblock()
   end
 end
 
--- Our acquisition is over (mode 3): say so on our wake-up list, so that a request of ours
--- still on its way finds it (LEFT, scripts.py).
-local function mark_left()
-  redis.call('DEL', KEYS[5])
-  redis.call('RPUSH', KEYS[5], LEFT)
-  redis.call('PEXPIRE', KEYS[5], QUEUE_TTL_MS)
-end
-if mode ~= 3 and redis.call('LINDEX', KEYS[5], -1) == LEFT then
+-- Our acquisition over (mode 3), we say so on our wake-up list, for a request of ours still on
+-- its way (mark_left, LEFT: scripts.py). This is one, if that is there already.
+if mode ~= 3 and left_already(KEYS[5]) then
   -- This request came after our leave, on another connection: nobody reads this reply, and
   -- nothing is queued or taken. (The block behind it, if any, pops the mark at once.)
   return {0, 0, false, 0, false}
@@ -61,7 +56,7 @@ if mine and tonumber(mine) > now then
   local ms = lease
   if mode == 3 then
     ms = tonumber(mine) - now
-    mark_left()
+    mark_left(KEYS[5])
   else
     redis.call('ZADD', KEYS[1], now + lease, token)
     permits_expire(now)
@@ -73,7 +68,7 @@ if mine and tonumber(mine) > now then
 end
 if mode == 3 then
   leave()
-  mark_left()
+  mark_left(KEYS[5])
   return {0, 0, false}
 end
 permits_purge(now)

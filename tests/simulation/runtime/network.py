@@ -18,6 +18,7 @@ it (first parked, first served), and its time runs out on the simulated clock.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import deque
 from collections.abc import Sequence
@@ -29,7 +30,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_redis_lock.backends.scripts import Script, load_script
+from django_redis_lock.backends import scripts
+from django_redis_lock.backends.scripts import SERVER_TIME, Script
 
 from ..server import SCALE, SIMULATED_CLOCK
 from .threads import Crashed, Wait, current_actor
@@ -105,17 +107,7 @@ class Network:
         self.scheduler = scheduler
         self.links: list[Link] = []
         self._numbers = itertools.count(1)
-        self.by_sha: dict[bytes, Script] = {}
-        self.by_source: dict[bytes, Script] = {}
-        for name in SCRIPT_NAMES:
-            real = load_script(name)
-            simulated = load_script(name, server_time=SIMULATED_CLOCK)
-            if patch is not None:
-                source = patch(name, simulated.source)
-                if source != simulated.source:
-                    simulated = Script(name, source)
-            self.by_sha[real.sha.encode()] = simulated
-            self.by_source[real.source.encode()] = simulated
+        self.by_sha, self.by_source = _twins(patch)
         self.trace: Any = None  # (simulation.py's, for what each step did)
 
     # -- the clients' side (in an actor's thread) ------------------------------------------------
@@ -240,20 +232,15 @@ class Network:
         name = command[0].upper()
         args: list[Any] = list(command)
         if name == b"EVALSHA":
-            script = self.by_sha.get(bytes(args[1]))
-            if script is not None:
-                args[1] = script.sha
+            args[1] = self._twin(self.by_sha, args[1]).sha
         elif name == b"EVAL":
-            script = self.by_source.get(bytes(args[1]))
-            if script is not None:
-                args[1] = script.source
+            args[1] = self._twin(self.by_source, args[1]).source
         elif name == b"SCRIPT" and args[1].upper() == b"LOAD":
-            script = self.by_source.get(bytes(args[2]))
-            if script is not None:
-                reply = self._raw(node, [b"SCRIPT", b"LOAD", script.source])
-                if isinstance(reply, ResponseError):
-                    return reply
-                return load_script(script.name).sha.encode()
+            script = self._twin(self.by_source, args[2])
+            reply = self._raw(node, [b"SCRIPT", b"LOAD", script.source])
+            if isinstance(reply, ResponseError):
+                return reply
+            return getattr(scripts, script.name.upper()).sha.encode()
         elif name == b"PEXPIRE":
             args[2] = int(args[2]) * SCALE
         elif name == b"SET":
@@ -269,6 +256,17 @@ class Network:
         return reply
 
     @staticmethod
+    def _twin(table: dict[bytes, Script], key: Any) -> Script:
+        """The simulated twin of a script the library sent (a real one run on the server would
+        read the server's clock, not the simulated one)."""
+        script = table.get(bytes(key))
+        if script is None:
+            raise AssertionError(
+                f"the library sent a script the simulation does not know: {key!r}"
+            )
+        return script
+
+    @staticmethod
     def _raw(node: Any, args: Sequence[Any]) -> Any:
         connection = node.connection
         connection.send_command(*args)
@@ -276,6 +274,31 @@ class Network:
             return connection.read_response()
         except ResponseError as error:
             return error
+
+
+def _twins(patch: Any) -> tuple[dict[bytes, Script], dict[bytes, Script]]:
+    """The simulated twin of each script the library loaded (by its SHA, by its text): its
+    own text with the simulated clock, and ``patch`` applied. Made from the scripts in memory,
+    never read again from their files: an edit during a campaign must not split the two."""
+    by_sha: dict[bytes, Script] = {}
+    by_source: dict[bytes, Script] = {}
+    for name in SCRIPT_NAMES:
+        real = getattr(scripts, name.upper())
+        source = real.source.replace(SERVER_TIME.strip(), SIMULATED_CLOCK.strip(), 1)
+        assert source != real.source, f"{name}.lua: its clock is not where it was"
+        simulated = _simulated(name, source)
+        if patch is not None:
+            patched = patch(name, source)
+            if patched != source:
+                simulated = Script(name, patched)
+        by_sha[real.sha.encode()] = simulated
+        by_source[real.source.encode()] = simulated
+    return by_sha, by_source
+
+
+@functools.cache
+def _simulated(name: str, source: str) -> Script:
+    return Script(name, source)
 
 
 _network: Network | None = None
