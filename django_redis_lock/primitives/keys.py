@@ -3,13 +3,14 @@
     <ns>{<tag>}            the lease (a string: token|since|fence|owner record, lease.py)
     <ns>{<tag>}:q          the waiters, first come first served (a list of tokens)
     <ns>{<tag>}:d          each waiter's liveness deadline and owner record (a hash)
-    <ns>{<tag>}:w:<token>  one waiter's wake-up list
+    <ns>{<tag>}:w:<token>  one waiter's wake-up list (for 5 s after an interrupted waiter left
+                           the line: its mark, ``LEFT`` in backends/scripts.py)
     <ns>{<tag>}:r          the result of the guarded work, kept for duplicates (submissions)
 
 A semaphore's keys are the same tag's, after ``:s`` (``core/permits.py``).
 
 Only the lease exists while a lock is held uncontended; the queue keys exist while someone waits,
-and nothing is left once the lock is free.
+and nothing is left once the lock is free (but the mark of a waiter that was interrupted, 5 s).
     <ns>{!replay-budget}:<ms>  bytes of those results kept per client, per window (replays.py)
     <ns>{!process}:<id>        a process's record: where it runs, for dead holders
 

@@ -67,7 +67,8 @@ class Renewer:
 
     def reset(self) -> None:
         """Forget every lease and the thread: after fork the thread is gone and the leases are
-        the parent's, not ours."""
+        the parent's, not ours. Only for a process that starts anew (a forked child, a
+        simulated process): a running thread would go on beside the next one."""
         self._condition = threading.Condition()
         # An acquisition only adds its lease to the schedule and its release takes it out
         # (no lock taken, no thread woken), so most holds end before the watchdog ever looks
