@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from django_redis_lock import Lock
+from django_redis_lock.backends import backend_of
 from django_redis_lock.core.dead_holders import ProcessRecord, dead, process_of
 from django_redis_lock.core.lease import reservation_token
 from django_redis_lock.primitives import owners
@@ -24,6 +26,7 @@ from django_redis_lock.primitives.background.dead_holders import dead_holder_wat
 from django_redis_lock.primitives.keys import lock_keys, process_key
 from tests.support import workers
 from tests.support.helpers import start_queued, wait_until
+from tests.support.proxy import HOLD_REPLIES
 
 SPAWN = multiprocessing.get_context("spawn")
 HERE = process_records.here()
@@ -71,8 +74,37 @@ def test_the_start_time_tells_a_live_process_from_a_gone_one():
 def test_a_killed_holder_on_this_machine_passes_the_lock_on_at_once(redis_url, redis_client):
     """The holder has the default lease (30 s, renewed): the waiter, allowed 20 s, can only get
     the lock through the holder's death being seen."""
-    keys = lock_keys("killed-holder", "default")
-    with _holder(redis_url, "killed-holder") as holder:
+    _killed_holder_passes_the_lock_on(redis_url, redis_client, "killed-holder")
+
+
+@needs_proc
+def test_a_server_that_stops_answering_holds_up_no_other_servers_deaths(
+    redis_url, redis_client, redis_proxy, settings
+):
+    """The watch is one thread for every server of the process. Busy reading a holder's
+    record on a server that stopped answering (paused: its connections stay open; without a
+    SOCKET_TIMEOUT, redis-py before 6 waits on them for good), it still sees a holder die on
+    another server: it gives up on the silent one after its own reply timeout. (A connection
+    made anew to a silent server waits for its handshake's reply as long as SOCKET_TIMEOUT
+    says: docs/deployment.md, "Timeouts".)"""
+    settings.CACHES = {
+        **settings.CACHES,
+        "silent": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_proxy.url},
+    }
+    assert backend_of("silent").send_request("PING")  # (its connection made: then it is paused)
+    redis_proxy.mode = HOLD_REPLIES
+    stranger = secrets.token_hex(8)  # (the token of a process this one never saw)
+    dead_holder_watch.seen("silent", lock_keys("elsewhere", "silent"), f"{stranger}|x".encode())
+    assert redis_proxy.held.wait(10)  # the watch asked for its record: no answer comes
+    try:
+        _killed_holder_passes_the_lock_on(redis_url, redis_client, "killed-beside-silent")
+    finally:
+        redis_proxy.let_go()
+
+
+def _killed_holder_passes_the_lock_on(redis_url, redis_client, name: str) -> None:
+    keys = lock_keys(name, "default")
+    with _holder(redis_url, name) as holder:
         record = ProcessRecord.decode(
             redis_client.get(process_key("default", process_of(_token(redis_client, keys)) or ""))
         )
@@ -80,7 +112,7 @@ def test_a_killed_holder_on_this_machine_passes_the_lock_on_at_once(redis_url, r
         got: list[bool] = []
 
         def waiter(index: int) -> None:
-            lock = Lock("killed-holder")
+            lock = Lock(name)
             got.append(lock.acquire(wait=20))
             if got[-1]:
                 lock.release()

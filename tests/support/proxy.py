@@ -35,11 +35,14 @@ class TcpProxy:
         threading.Thread(target=self._accept, daemon=True, name="test-proxy").start()
 
     def cut_connections(self) -> None:
-        """Close every connection made so far (with a reset)."""
+        """Close every connection made so far (with a reset). SHUT_RD wakes the pump reading
+        from it (see :meth:`close`) and sends nothing; the last close then resets."""
         sockets, self._sockets = self._sockets, []
         for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.shutdown(socket.SHUT_RD)
+            with contextlib.suppress(OSError):
                 sock.close()
 
     def let_go(self) -> None:
@@ -53,8 +56,16 @@ class TcpProxy:
                     sink.sendall(data)
 
     def close(self) -> None:
+        """Close the listener and every connection. Shut down first: a socket that a pump
+        thread is reading from is not closed by ``close()`` alone (the kernel keeps it open
+        for the read in progress), so the client would never learn that its connection has
+        gone, and without a socket timeout it would wait on it for good (once the watch for
+        dead holders, a thread for the whole process: every later test of the process saw
+        no death)."""
         self._closed = True
         for sock in [self._listener, *self._sockets]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(OSError):
                 sock.close()
 

@@ -51,6 +51,10 @@ FORGET_AFTER = 60.0
 IDLE = 5.0
 # A holder whose record was not there (not written yet) is looked up again after this long.
 RECORD_AGAIN = 5.0
+# How long the watch waits for any one reply. It is one thread for every server of the
+# process: a server that stops answering (paused, partitioned) without a SOCKET_TIMEOUT
+# would otherwise hold it up for good, and with it the deaths seen on every other server.
+REPLY_TIMEOUT = 2.0
 
 
 @dataclass(eq=False)
@@ -177,7 +181,9 @@ class _Deaths:
 
     def _record(self, alias: LockAlias, owner: str) -> ProcessRecord | None:
         try:
-            reply = backend_of(alias).send_request("GET", process_key(alias, owner))
+            reply = backend_of(alias).send_request(
+                "GET", process_key(alias, owner), reply_timeout=REPLY_TIMEOUT
+            )
         except RedisError:
             return None
         return ProcessRecord.decode(reply)
@@ -213,11 +219,16 @@ class _Deaths:
         for alias, keys in leases.values():
             backend = backend_of(alias)
             try:
-                token = holder_token(backend.send_request("GET", keys.lease))
+                token = holder_token(
+                    backend.send_request("GET", keys.lease, reply_timeout=REPLY_TIMEOUT)
+                )
                 if token is None or process_of(token) != process.owner:
                     continue  # (let go, or another's now)
                 # (Only if the lease is that token's still, in the script: atomically.)
-                code = run(flows.release(keys, token, "", cleanup=True), backend)
+                code = run(
+                    flows.release(keys, token, "", reply_timeout=REPLY_TIMEOUT, cleanup=True),
+                    backend,
+                )
             except RedisError as exc:
                 logger.warning("Could not end a dead holder's lease on %s: %s", keys.lease, exc)
                 continue
