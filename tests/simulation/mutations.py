@@ -118,6 +118,32 @@ CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
         "                if False:",
         "many",
     ),
+    # asyncio: a task cancelled as its acquisition was granted does not give the grant back
+    # (the class an adversarial review found: a lease by nobody).
+    "a cancelled acquisition keeps its grant": (
+        "django_redis_lock.backends.drivers",
+        "arun",
+        "            if give_back is not None:\n                await give_back(stop.value)",
+        "            if False:\n                await give_back(stop.value)",
+        "async",
+    ),
+    # ... nor what its request took when the reply came after the cancellation (the carried
+    # request's give-back: the uncontended path's, a join's).
+    "a cancelled request keeps what it took": (
+        "django_redis_lock.backends.inflight",
+        "carried",
+        "    if give_back is not None and not (done.cut and gives_back_when_cut):",
+        "    if False:",
+        "async",
+    ),
+    # A cancelled waiter goes without stepping out of the line.
+    "a cancelled waiter stays in line": (
+        "django_redis_lock.backends.drivers",
+        "arun",
+        "            error = cancelled  # told now, in this step's stead\n            continue",
+        "            raise cancelled",
+        "async",
+    ),
 }
 
 # Scripts' mutations that only the runtime simulation is asked to find (its faults reach them).

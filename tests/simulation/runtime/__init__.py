@@ -22,12 +22,14 @@ from django.conf import settings
 from django.test import override_settings
 from django_redis import get_redis_connection
 
+from django_redis_lock.backends import clients
 from django_redis_lock.primitives import eviction, owners
 from django_redis_lock.primitives.background import process_records
 
 from ..choices import Choices
 from ..simulation import NO_FAULTS, Faults
 from ..world import World
+from .aio import async_twin
 from .network import SimulatedConnection, install
 from .programs import WORKLOADS, cast
 from .simulation import RuntimeSimulation
@@ -123,6 +125,9 @@ def run_runtime_schedule(
         # Each simulated process runs nowhere a pid can be looked up: no watch for dead
         # holders (its thread waits on the OS; a later step simulates it).
         stack.enter_context(_patched(process_records, "here", lambda: None))
+        # The async clients over the simulated network (twins.twin carries a real
+        # connection class over, and refuses any other).
+        stack.enter_context(_patched(clients, "twin", async_twin))
         cast(simulation, workload, choices)
         simulation.run()
     return simulation

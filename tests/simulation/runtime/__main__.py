@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import logging
 import sys
 import tempfile
@@ -141,6 +142,11 @@ def _campaign(world: World, args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _quiet_about_coroutines(unraisable: Any) -> None:
+    if not inspect.iscoroutine(unraisable.object):
+        sys.__unraisablehook__(unraisable)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.simulation.runtime")
     parser.add_argument("command", choices=("share", "mutants", "campaign", "replay"))
@@ -153,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="mutants: seeds 0-9,999 each")
     args = parser.parse_args(argv)
     logging.getLogger("django_redis_lock").setLevel(logging.CRITICAL)  # (faults log errors)
+    # A crashed process's event loop is left with its tasks pending, as a dead one's: neither
+    # asyncio's word on them nor what their coroutines raise when collected is news.
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    sys.unraisablehook = _quiet_about_coroutines
     world = simulated_topology("server", tempfile.mkdtemp(prefix="simulate-runtime-"))
     try:
         if args.command == "share":

@@ -8,6 +8,12 @@
   queue counts it alive for one liveness window (``BLOCK_CAP + LIVENESS_SLACK`` after it last
   asked), and only then is the live one behind it first. So with no fault, the bound is one
   block; after a fault, the same bound counts from when the fault's waiter left the line.
+- **A waiter that goes steps out of the line**: a lock free (or a permit) whose first live
+  place in line is a process's that is not asking for it any more (its waiter was cancelled,
+  interrupted or gave up) is a violation once that lasts :data:`LEAVE_BOUND_US`: the leave is
+  sent as the waiter goes, and arrives before time moves on, unless a fault of that process
+  explains it (a crash, a pause, a cut connection, a reply held back). Otherwise its place
+  would keep the live waiters behind it out for a liveness window, as a dead process's does.
 - **Nothing held by nobody**: when every client has ended, no lease, permit or place in line of
   ours is left, unless a fault that cut a connection (a crash, a cut, a restart) explains it.
   A lease whose release failed runs out by itself (documented). After a slow reply, at most
@@ -23,16 +29,20 @@ from django_redis_lock.core.flows import BLOCK_CAP, HANDOFF_MS, LIVENESS_SLACK
 
 from ..ledger import ROUNDING_US
 
-__all__ = ["BOUND_US", "Liveness"]
+__all__ = ["BOUND_US", "LEAVE_BOUND_US", "Liveness"]
 
 BOUND_US = round(BLOCK_CAP * 1e6) + ROUNDING_US
 WINDOW_MS = round((BLOCK_CAP + LIVENESS_SLACK) * 1000)  # one liveness window
+# A leave arrives before time moves on (time moves only when nothing else can happen): the
+# bound is the simulated microseconds its steps take, with room to spare.
+LEAVE_BOUND_US = 100_000
 
 
 class Liveness:
     def __init__(self, simulation: Any) -> None:
         self.simulation = simulation
         self.idle_since: dict[str, int] = {}
+        self.abandoned_since: dict[tuple[str, str], int] = {}
 
     def _process_of(self, token: str) -> Any:
         for process in self.simulation.processes:
@@ -52,6 +62,16 @@ class Liveness:
         return (
             process is not None and not process.crashed and not process.paused(now)
             and process.acquiring
+        )  # fmt: skip
+
+    def _abandoned(self, token: str) -> bool:
+        """Whether ``token`` is a place in line that its live process no longer asks for,
+        with no fault of that process to keep it from stepping out."""
+        process = self._process_of(token)
+        return (
+            process is not None and not process.crashed
+            and not process.paused(self.simulation.now_us) and not process.acquiring
+            and not process.slow_replies and not process.cuts
         )  # fmt: skip
 
     def observed(self, state: Any) -> None:
@@ -76,6 +96,35 @@ class Liveness:
                     )
             else:
                 self.idle_since.pop(name, None)
+            self._check_abandoned(name, facts, state, free, first)
+
+    def _check_abandoned(
+        self, name: str, facts: Any, state: Any, free: bool, first: str | None
+    ) -> None:
+        """A place in line, or a lease, left to a waiter that went (:data:`LEAVE_BOUND_US`):
+        first in line of a free lock, or holding it though no client of the ledger was
+        granted it (a hand-off, or a grant, to a waiter that was cancelled meanwhile)."""
+        now = self.simulation.now_us
+        known = {hold.token for hold in facts.holds}
+        value = state.value(facts.lease_key)
+        if isinstance(value, dict):  # a semaphore's holders: token -> lease end
+            holders = [token for token, ends in value.items() if int(ends) > now // 1000]
+        else:
+            holders = [] if value is None else [value.split("|", 1)[0]]
+        left = [token for token in holders if token not in known and self._abandoned(token)]
+        if free and first is not None and self._abandoned(first):
+            left.append(first)
+        for token in left:
+            since = self.abandoned_since.setdefault((name, token), now)
+            if now - since > LEAVE_BOUND_US:
+                where = "holds" if token in holders else "is first in line of"
+                self.simulation.ledger.fail(
+                    f"{token} {where} {name!r} {(now - since) / 1000:.3f} ms after its process "
+                    "stopped asking for it: a waiter went without stepping out, or without "
+                    "giving back what it was granted"
+                )
+        for key in [key for key in self.abandoned_since if key[0] == name and key[1] not in left]:
+            del self.abandoned_since[key]
 
     def at_end(self) -> None:
         ledger = self.simulation.ledger

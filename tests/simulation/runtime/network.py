@@ -36,7 +36,10 @@ from django_redis_lock.backends.scripts import SERVER_TIME, Script
 from ..server import SCALE, SIMULATED_CLOCK
 from .threads import Crashed, Wait, current_actor
 
-__all__ = ["Link", "Network", "Parked", "SimulatedConnection", "parse_commands"]
+__all__ = [
+    "Link", "Network", "Parked", "SimulatedConnection", "current", "current_or_none",
+    "parse_commands",
+]  # fmt: skip
 
 SCRIPT_NAMES = (
     "take", "take_many", "join", "release", "extend", "extend_many",
@@ -310,9 +313,14 @@ def install(network: Network | None) -> None:
     _network = network
 
 
-def _current() -> Network:
+def current() -> Network:
+    """The network of the schedule that runs now."""
     if _network is None:
         raise RedisConnectionError("simulated: no simulation is running")
+    return _network
+
+
+def current_or_none() -> Network | None:
     return _network
 
 
@@ -330,12 +338,12 @@ class SimulatedConnection(Connection):
     def connect(self) -> None:
         if self.link is not None and self.link.network is not _network:
             self.link = None  # (an earlier schedule's: that network is gone)
-        if self.link is not None and self.link.process is not _current().process_now():
+        if self.link is not None and self.link.process is not current().process_now():
             # The simulation's processes share the real one's pools: a connection another
             # process opened is not this one's (its crash cuts it); this one opens its own.
             self.disconnect()
         if self.link is None:
-            self.link = _current().open(self.host, self.port)
+            self.link = current().open(self.host, self.port)
 
     def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
         self.connect()
@@ -357,7 +365,7 @@ class SimulatedConnection(Connection):
             bytes(part) for part in ([command] if isinstance(command, str) else command)
         )  # fmt: skip
         try:
-            _current().send(self.link, bytes(data))
+            current().send(self.link, bytes(data))
         except BaseException:
             self.disconnect()
             raise
@@ -365,7 +373,7 @@ class SimulatedConnection(Connection):
     def can_read(self, timeout: float = 0) -> bool:
         self.connect()
         assert self.link is not None
-        return _current().readable(self.link, timeout or 0)
+        return current().readable(self.link, timeout or 0)
 
     def read_response(
         self, disable_decoding: bool = False, *, timeout: Any = None,
@@ -375,7 +383,7 @@ class SimulatedConnection(Connection):
             raise RedisConnectionError("simulated: read on a closed connection")
         limit = self.socket_timeout if timeout is None else timeout
         try:
-            reply = _current().read(self.link, limit)
+            reply = current().read(self.link, limit)
         except BaseException:
             if disconnect_on_error:
                 self.disconnect()

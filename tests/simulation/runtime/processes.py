@@ -38,9 +38,10 @@ class SimulatedProcess:
     states: list[dict[str, Any]] = field(default_factory=list)
     renewer: Any = None
     process_id: str = ""
-    acquiring: bool = False  # one of its clients waits for a lock now (liveness.py)
+    acquiring: int = 0  # how many of its clients wait for a lock now (liveness.py)
     crash_at_us: int | None = None  # a crash the cast planned (programs.py), with faults on
     slow_replies: int = 0  # replies to it held back past its timeouts (liveness.py)
+    cuts: int = 0  # its connections cut by a fault (a cut, a restart): it may not step out
 
     def __post_init__(self) -> None:
         owners.new_identity()  # (its random bytes: the simulation's seeded ones)

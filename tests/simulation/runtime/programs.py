@@ -12,21 +12,30 @@ Nothing of the library is restated here: the waits, the renewals, the give-backs
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from django_redis_lock import Lock, LockBackendError, LockNotOwned, Semaphore, lock_many
+from django_redis_lock import (
+    Lock,
+    LockBackendError,
+    LockNotOwned,
+    Semaphore,
+    aclose_async_redis_clients,
+    lock_many,
+)
 from django_redis_lock.core.durations import clock_allowance
 from django_redis_lock.primitives.keys import lock_keys, permit_keys
 
 from ..choices import Choices
 from ..ledger import LockFacts
+from .aio import SimulatedEventLoop
 from .threads import Interrupted
 
 __all__ = ["WORKLOADS", "cast"]
 
-WORKLOADS = ("lock", "fair", "semaphore", "many")
+WORKLOADS = ("lock", "fair", "semaphore", "many", "async")
 PERMITS = 2  # a semaphore's limit (or 1: a line forms more often)
 TAG = "{sim}"  # every name's keys in one hash slot, and the scripts' clock of that tag
 
@@ -46,18 +55,23 @@ class Role:
 
 
 def cast(sim: Any, workload: str, choices: Choices) -> None:
-    """Add ``workload``'s clients to ``sim``, drawn from ``choices``."""
-    names = {"many": ("a", "b", "c"), "semaphore": ("s",)}.get(workload, ("a",))
-    limit = choices.pick((PERMITS, 1)) if workload == "semaphore" else 1
+    """Add ``workload``'s clients to ``sim``, drawn from ``choices``. ``async``: tasks of
+    event loops, on a lock, a semaphore or a group (drawn too)."""
+    kind = choices.pick(("fair", "semaphore", "many")) if workload == "async" else workload
+    names = {"many": ("a", "b", "c"), "semaphore": ("s",)}.get(kind, ("a",))
+    limit = choices.pick((PERMITS, 1)) if kind == "semaphore" else 1
     for name in names:
         full = TAG + name
-        if workload == "semaphore":
+        if kind == "semaphore":
             permits = permit_keys(full, "default")
             facts = LockFacts(limit, permits.lease, permits.queue, permits.waiters, None)
         else:
             keys = lock_keys(full, "default")
             facts = LockFacts(1, keys.lease, keys.queue, keys.waiters, keys.result)
         sim.ledger.lock(full, facts)
+    if workload == "async":
+        _cast_async(sim, kind, names, choices, limit)
+        return
     for index in range(choices.number(2, 4)):
         role = _role(workload, names, choices, limit)
         if workload == "lock" and index in (1, 3):
@@ -66,9 +80,30 @@ def cast(sim: Any, workload: str, choices: Choices) -> None:
         process = sim.process()
         name = f"c{index + 1}"
         arrival = choices.pick((0, 0, 5, 400, 2500))
-        if choices.chance(20):  # (a crash planned a while after it arrives: often in line)
-            process.crash_at_us = sim.now_us + (arrival + choices.pick((5, 300, 1500))) * 1000
+        _plan_crash(sim, process, choices, arrival)
         sim.add_client(name, process, _program(sim, process, name, role), arrival)
+
+
+def _cast_async(
+    sim: Any, kind: str, names: tuple[str, ...], choices: Choices, limit: int
+) -> None:
+    """Two to four clients, one or two to a process (its event loop's tasks)."""
+    count, index = choices.number(2, 4), 0
+    while index < count:
+        process = sim.process()
+        tasks = []
+        for _ in range(min(choices.number(1, 2), count - index)):
+            index += 1
+            arrival = choices.pick((0, 0, 5, 400, 2500))
+            tasks.append((f"c{index}", _role(kind, names, choices, limit), arrival))
+        _plan_crash(sim, process, choices, min(arrival for _, _, arrival in tasks))
+        loop = "+".join(name for name, _, _ in tasks)
+        sim.add_client(loop, process, _async_process(sim, process, tasks), 0)
+
+
+def _plan_crash(sim: Any, process: Any, choices: Choices, arrival: int) -> None:
+    if choices.chance(20):  # (a crash planned a while after it arrives: often in line)
+        process.crash_at_us = sim.now_us + (arrival + choices.pick((5, 300, 1500))) * 1000
 
 
 def _role(workload: str, names: tuple[str, ...], choices: Choices, limit: int) -> Role:
@@ -108,28 +143,17 @@ def _program(sim: Any, process: Any, client: str, role: Role) -> Any:
         primitive = _primitive(role)
         for _ in range(role.rounds):
             started, losses = sim.now_us, ledger.losses
-            process.acquiring = True
+            process.acquiring += 1
             try:
                 acquired = primitive.acquire()
             except (LockBackendError, Interrupted) as error:
                 sim.trace.add(sim.now_us, client, f"acquire failed: {error!r}")
                 continue
             finally:
-                process.acquiring = False
-            if sim.ledger.faults == 0 and sim.now_us > started + role.wait_ms * 1000 + 2000:
-                ledger.fail(f"{client}'s acquisition returned "
-                            f"{(sim.now_us - started - role.wait_ms * 1000) / 1000:.3f} ms "
-                            "after its wait ran out")  # fmt: skip
-            if not acquired:
-                sim.trace.add(sim.now_us, client, "not acquired")
+                process.acquiring -= 1
+            holds = _held(sim, client, primitive, role, acquired, started, losses)
+            if holds is None:
                 continue
-            _check_in_time(sim, client, primitive, role)
-            holds = [
-                ledger.granted(client, name, _token(lock), getattr(lock, "fencing_token", 0) or 0,
-                               _until_us(primitive), fenced=role.fencing, losses=losses)
-                for name, lock in _members(primitive, role)
-            ]  # fmt: skip
-            sim.trace.add(sim.now_us, client, "holds " + ", ".join(h.lock for h in holds))
             _work(sim, primitive, holds, role)
             for hold in holds:
                 ledger.releasing(hold)
@@ -140,6 +164,90 @@ def _program(sim: Any, process: Any, client: str, role: Role) -> Any:
                 sim.unreleased.update(hold.token for hold in holds)  # (they run out)
 
     return run
+
+
+def _async_process(sim: Any, process: Any, clients: list[tuple[str, Role, int]]) -> Any:
+    """One process's event loop (``aio.py``), its clients tasks of it: each as a user's
+    coroutine does it, ``aacquire()``, the work (``asyncio.sleep``), ``arelease()`` in a
+    ``finally`` (a cancellation while it works releases)."""
+
+    async def main(loop: SimulatedEventLoop) -> None:
+        tasks = [
+            loop.create_task(_async_program(sim, process, name, role, arrival), name=name)
+            for name, role, arrival in clients
+        ]  # fmt: skip
+        loop.clients.extend(tasks)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        await aclose_async_redis_clients()
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(
+                outcome, asyncio.CancelledError
+            ):
+                raise outcome
+
+    def run() -> None:
+        loop = SimulatedEventLoop(sim.scheduler)
+        try:
+            loop.run_until_complete(main(loop))
+        finally:
+            loop.close()
+
+    return run
+
+
+async def _async_program(sim: Any, process: Any, client: str, role: Role, arrival: int) -> None:
+    ledger = sim.ledger
+    await asyncio.sleep(arrival / 1000)
+    primitive = _primitive(role)
+    for _ in range(role.rounds):
+        started, losses = sim.now_us, ledger.losses
+        process.acquiring += 1
+        try:
+            acquired = await primitive.aacquire()
+        except LockBackendError as error:
+            sim.trace.add(sim.now_us, client, f"acquire failed: {error!r}")
+            continue
+        except asyncio.CancelledError:
+            sim.trace.add(sim.now_us, client, "cancelled while it acquires")
+            raise
+        finally:
+            process.acquiring -= 1
+        holds = _held(sim, client, primitive, role, acquired, started, losses)
+        if holds is None:
+            continue
+        try:
+            await _async_work(sim, primitive, holds, role)
+        finally:
+            for hold in holds:
+                ledger.releasing(hold)
+            try:
+                await primitive.arelease()
+            except (LockNotOwned, LockBackendError) as error:
+                sim.trace.add(sim.now_us, client, f"release failed: {error!r}")
+                sim.unreleased.update(hold.token for hold in holds)  # (they run out)
+
+
+def _held(
+    sim: Any, client: str, primitive: Any, role: Role, acquired: bool, started: int, losses: int
+) -> list[Any] | None:
+    """What an acquisition that returned ``acquired`` holds, told to the ledger (None: it
+    holds nothing); each check of its return on the way."""
+    ledger = sim.ledger
+    if sim.ledger.faults == 0 and sim.now_us > started + role.wait_ms * 1000 + 2000:
+        ledger.fail(f"{client}'s acquisition returned "
+                    f"{(sim.now_us - started - role.wait_ms * 1000) / 1000:.3f} ms "
+                    "after its wait ran out")  # fmt: skip
+    if not acquired:
+        sim.trace.add(sim.now_us, client, "not acquired")
+        return None
+    _check_in_time(sim, client, primitive, role)
+    holds = [
+        ledger.granted(client, name, _token(lock), getattr(lock, "fencing_token", 0) or 0,
+                       _until_us(primitive), fenced=role.fencing, losses=losses)
+        for name, lock in _members(primitive, role)
+    ]  # fmt: skip
+    sim.trace.add(sim.now_us, client, "holds " + ", ".join(h.lock for h in holds))
+    return holds
 
 
 def _check_in_time(sim: Any, client: str, primitive: Any, role: Role) -> None:
@@ -171,11 +279,24 @@ def _until_us(primitive: Any) -> int:
 def _work(sim: Any, primitive: Any, holds: list[Any], role: Role) -> None:
     """Act on the resource every sixth of the lease, while the lock says it may."""
     end = sim.now_us + role.work_ms * 1000
-    step = max(1, role.lease_ms // 6) / 1000
-    while sim.now_us < end:
-        until = _until_us(primitive)
-        if until <= sim.now_us:
-            return  # lost, or its lease ran out by its own reckoning: it stops acting
-        for hold in holds:
-            sim.ledger.acted(hold, until)
-        time.sleep(min(step, (end - sim.now_us) / 1e6))
+    while (pause := _act(sim, primitive, holds, role, end)) is not None:
+        time.sleep(pause)
+
+
+async def _async_work(sim: Any, primitive: Any, holds: list[Any], role: Role) -> None:
+    end = sim.now_us + role.work_ms * 1000
+    while (pause := _act(sim, primitive, holds, role, end)) is not None:
+        await asyncio.sleep(pause)
+
+
+def _act(sim: Any, primitive: Any, holds: list[Any], role: Role, end: int) -> float | None:
+    """One act on the resource, if the lock says it may still act; the pause until the next
+    (every sixth of the lease), or None: the work is over."""
+    if sim.now_us >= end:
+        return None
+    until = _until_us(primitive)
+    if until <= sim.now_us:
+        return None  # lost, or its lease ran out by its own reckoning: it stops acting
+    for hold in holds:
+        sim.ledger.acted(hold, until)
+    return min(max(1, role.lease_ms // 6) / 1000, (end - sim.now_us) / 1e6)

@@ -15,7 +15,8 @@ One step is one of:
   not delivered lost, and the reply it waits for), a reply slowed past its reader's timeout
   (the library then sends its give-back after it), a process crashed (all its threads, its
   connections and its watchdog) or paused, a sync caller interrupted where it blocked
-  (``KeyboardInterrupt``), or the server restarted empty.
+  (``KeyboardInterrupt``), an asyncio client's task cancelled where it is suspended
+  (``aio.py``), or the server restarted empty.
 """
 
 from __future__ import annotations
@@ -236,6 +237,7 @@ class RuntimeSimulation:
             return
         self.network.cut(link)
         self.disconnections += 1
+        link.process.cuts += 1
         self.trace.add(self.now_us, str(link.process), f"{link} CUT, {kind}")
 
     def _fault(self) -> bool:
@@ -246,9 +248,17 @@ class RuntimeSimulation:
             if not actor.done and actor.wait is not None and actor.wait.link is not None
             and not actor.process.crashed
         ]  # fmt: skip
+        cancellable = [
+            (actor, task) for actor in self.clients
+            if not actor.done and actor.wait is not None and actor.wait.loop is not None
+            and not actor.process.crashed
+            for task in actor.wait.loop.clients if not task.done()
+        ]  # fmt: skip
         kinds = ["crash", "pause", "restart"] if alive else ["restart"]
         if blocked_readers:
             kinds.append("interrupt")
+        if cancellable:
+            kinds.append("cancel")
         if not self.faults.restarts:
             kinds.remove("restart")
         if not kinds:
@@ -275,11 +285,27 @@ class RuntimeSimulation:
             self.interrupts += 1
             self.ledger.faults -= 1  # (not a fault of the world: nothing may be left behind)
             self.trace.add(now, actor.name, "INTERRUPTED where it waits for a reply")
+        elif kind == "cancel":
+            # (Half of them in a loop with a request still on its way.)
+            in_flight = [
+                (actor, task) for actor, task in cancellable
+                if any(link.outbound for link in actor.wait.loop.readers)
+            ]  # fmt: skip
+            actor, task = self.choices.pick(
+                in_flight if in_flight and self.choices.chance(50) else cancellable
+            )
+            actor.wait.loop.cancel(task)
+            actor.wait.notified = True
+            self.interrupts += 1
+            self.ledger.faults -= 1  # (as an interrupt: nothing may be left behind)
+            self.trace.add(now, task.get_name(), "CANCELLED where it is suspended")
         else:
             self.disconnections += 1
             self.world.restart(None)
             for link in self.network.links:
                 self.network.cut(link)
+            for process in self.processes:
+                process.cuts += 1
             self.ledger.data_lost()
             self.trace.add(now, "", "RESTART of Redis, empty")
             self.scheduler.now_us += 1
@@ -317,11 +343,12 @@ def _waits(actor: Actor) -> str:
         return f"ends ({actor.error!r})" if actor.error is not None else "ends"
     if wait is None:
         return "?"
-    what = (
-        f"a reply on {wait.link}"
-        if wait.link is not None
-        else ("a condition" if wait.condition is not None else "time")
-    )
+    if wait.link is not None:
+        what = f"a reply on {wait.link}"
+    elif wait.links:
+        what = f"a reply on {', '.join(map(str, wait.links))} or a timer"
+    else:
+        what = "a condition" if wait.condition is not None else "time"
     if wait.until_us is None:
         return f"waits for {what}"
     return f"waits for {what}, until +{(wait.until_us - actor.scheduler.start_us) / 1000:.3f} ms"

@@ -74,13 +74,15 @@ class Stuck(AssertionError):
 @dataclass(eq=False)
 class Wait:
     """What a blocked actor waits for: a reply on ``link`` (``network.Link``), a
-    ``condition`` notified, or only time; each until ``until_us`` at most (None: no time
-    limit)."""
+    ``condition`` notified, a reply on any of ``links`` (an event loop's: ``aio.py``, whose
+    ``loop`` it is), or only time; each until ``until_us`` at most (None: no time limit)."""
 
     until_us: int | None = None
     link: Any = None
     condition: Any = None
     notified: bool = False
+    links: tuple[Any, ...] = ()
+    loop: Any = None
 
 
 class Actor:
@@ -142,6 +144,8 @@ class Actor:
         if self.throw is not None or wait.notified:
             return True
         if wait.link is not None and wait.link.readable(now_us):
+            return True
+        if any(link.readable(now_us) for link in wait.links):
             return True
         return wait.until_us is not None and wait.until_us <= now_us
 
