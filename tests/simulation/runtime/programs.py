@@ -84,9 +84,7 @@ def cast(sim: Any, workload: str, choices: Choices) -> None:
         sim.add_client(name, process, _program(sim, process, name, role), arrival)
 
 
-def _cast_async(
-    sim: Any, kind: str, names: tuple[str, ...], choices: Choices, limit: int
-) -> None:
+def _cast_async(sim: Any, kind: str, names: tuple[str, ...], choices: Choices, limit: int) -> None:
     """Two to four clients, one or two to a process (its event loop's tasks)."""
     count, index = choices.number(2, 4), 0
     while index < count:
