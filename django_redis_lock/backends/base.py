@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from redis.exceptions import ClusterError, ResponseError
+from redis.exceptions import ClusterError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.release import give_back
@@ -85,24 +85,36 @@ def shortened(request: Block, reply: Any) -> tuple[float, bool]:
 
 def one_by_one(send: Callable[..., Any], commands: Sequence[Sequence[Any]]) -> list[Any]:
     """``send_many`` where commands cannot share a round trip: each ``send``, error replies
-    in place."""
+    in place. A command that fails otherwise (its connection broke) does not keep the next
+    from being sent (each a give-back, or a wake-up, of its own lock): the first such failure
+    is raised once every command was tried."""
     replies: list[Any] = []
+    failure: RedisError | None = None
     for command in commands:
         try:
             replies.append(send(*command))
         except ResponseError as error:
             replies.append(error)
+        except RedisError as error:
+            failure = failure or error
+    if failure is not None:
+        raise failure
     return replies
 
 
 async def aone_by_one(send: Callable[..., Any], commands: Sequence[Sequence[Any]]) -> list[Any]:
     """:func:`one_by_one` for asyncio: ``send`` returns an awaitable."""
     replies: list[Any] = []
+    failure: RedisError | None = None
     for command in commands:
         try:
             replies.append(await send(*command))
         except ResponseError as error:
             replies.append(error)
+        except RedisError as error:
+            failure = failure or error
+    if failure is not None:
+        raise failure
     return replies
 
 

@@ -28,10 +28,11 @@ from django_redis_lock import (
     lock_many,
     lock_released,
 )
+from django_redis_lock.backends.base import aone_by_one, one_by_one
 from django_redis_lock.primitives.background.renewal import renewer
 from django_redis_lock.primitives.keys import lock_keys
 from tests.conftest import django_redis_caches
-from tests.support.helpers import lease_token, wait_until
+from tests.support.helpers import free_port, lease_token, wait_until
 from tests.support.helpers import run_async as run
 from tests.support.proxy import DROP_REPLIES, PASS, REFUSE, RESET_ON_REPLY
 
@@ -435,3 +436,39 @@ def test_a_group_that_gave_up_on_a_busy_redis_gives_every_lease_back(
     assert client.ping()  # (what was sent before has run)
     assert not client.exists(lease_key("busy-group:a"), lease_key("busy-group:b"))
     client.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_broken_connection_keeps_no_later_give_back_from_being_sent(redis_client, flavour):
+    """Where commands cannot share a round trip (a Cluster's, a quorum's ``send_many``: each
+    give-back of a group, each wake-up, to its own node), one whose connection broke does not
+    keep the next from being sent: the error is raised once all were tried."""
+    down = redis.Redis(port=free_port(), socket_connect_timeout=1)
+    clients = {"down": down, "up": redis_client}
+    commands = [("down", "SET", "drl:one-by-one:a", "1", "PX", 60_000),
+                ("up", "SET", "drl:one-by-one:b", "1", "PX", 60_000)]  # fmt: skip
+    if flavour == "sync":
+
+        def send(where, *args):
+            return clients[where].execute_command(*args)
+
+        with pytest.raises(redis.ConnectionError):
+            one_by_one(send, commands)
+    else:
+        where = redis_client.connection_pool.connection_kwargs
+        up = redis.asyncio.Redis(host=where["host"], port=where["port"], db=where.get("db", 0))
+        down_async = redis.asyncio.Redis(port=down.connection_pool.connection_kwargs["port"])
+
+        async def asend(where, *args):
+            return await {"down": down_async, "up": up}[where].execute_command(*args)
+
+        async def both():
+            try:
+                await aone_by_one(asend, commands)
+            finally:
+                await up.aclose()
+                await down_async.aclose()
+
+        with pytest.raises(redis.ConnectionError):
+            run(both())
+    assert redis_client.get("drl:one-by-one:b") == b"1"

@@ -29,15 +29,15 @@ from ..topology import simulated_topology
 from ..world import World, WorldFault
 from . import WORKLOADS, run_runtime_schedule
 
-# The suite's share: seeds 0 to SHARE - 1 of each workload, faults on and off (~15 s).
+# The suite's share: seeds 0 to SHARE - 1 of each workload, faults on and off (~30 s).
 SHARE = 80
 
 # Where the share looks for each planted mutation: (first seed, schedules). A search from 0
 # finds each at the seed in its comment; the share starts a little before it, so that a change
 # of the simulation that moves it fails here and is looked at, not skipped. ``mutants --full``
 # searches seeds 0-9,999 for each (the issue's bound). The scripts' mutations that only the
-# flows' simulation finds (``join forgets when it queued``, ``extend ignores the token``, the
-# result's) are in tests/locks/test_simulation.py.
+# flows' simulation finds (``join forgets when it queued``, ``extend ignores the token``) are
+# in tests/locks/test_simulation.py.
 PLANTED: dict[str, tuple[int, int]] = {
     "lock_many keeps what it took": (0, 40),  # 10
     "no give-back after a lost reply": (400, 40),  # 420
@@ -48,6 +48,10 @@ PLANTED: dict[str, tuple[int, int]] = {
     "release ignores the token": (20, 40),  # 37
     "unfair release never serves the starved": (170, 40),  # 187
     "semaphore miscounts": (0, 40),  # 0
+    "join forgets the result": (20, 40),  # 41
+    "a cancelled acquisition keeps its grant": (20, 40),  # 36
+    "a cancelled request keeps what it took": (80, 40),  # 91
+    "a cancelled waiter stays in line": (2120, 40),  # 2141
 }
 
 

@@ -35,9 +35,14 @@ from .threads import Interrupted
 
 __all__ = ["WORKLOADS", "cast"]
 
-WORKLOADS = ("lock", "fair", "semaphore", "many", "async")
+WORKLOADS = ("lock", "fair", "semaphore", "many", "want_result", "async")
 PERMITS = 2  # a semaphore's limit (or 1: a line forms more often)
 TAG = "{sim}"  # every name's keys in one hash slot, and the scripts' clock of that tag
+# How late an acquisition may return after its wait ran out, with no fault: the steps of its
+# last requests (stepping out of the line), each a microsecond of simulated time, and the other
+# clients' steps the schedule puts between them. No slack beyond that: the blocking waits'
+# lengths are exact in simulated time.
+RETURN_US = 100
 
 
 @dataclass(frozen=True)
@@ -52,12 +57,15 @@ class Role:
     work_ms: int = 500
     rounds: int = 1
     limit: int = 1  # a semaphore's permits
+    # claim(want_result=True), release(result=...): the guards' way (double submit, run once)
+    want_result: bool = False
 
 
 def cast(sim: Any, workload: str, choices: Choices) -> None:
     """Add ``workload``'s clients to ``sim``, drawn from ``choices``. ``async``: tasks of
     event loops, on a lock, a semaphore or a group (drawn too)."""
-    kind = choices.pick(("fair", "semaphore", "many")) if workload == "async" else workload
+    kinds = ("fair", "semaphore", "many", "want_result")
+    kind = choices.pick(kinds) if workload == "async" else workload
     names = {"many": ("a", "b", "c"), "semaphore": ("s",)}.get(kind, ("a",))
     limit = choices.pick((PERMITS, 1)) if kind == "semaphore" else 1
     for name in names:
@@ -112,7 +120,8 @@ def _role(workload: str, names: tuple[str, ...], choices: Choices, limit: int) -
     return Role(
         kind="semaphore" if workload == "semaphore" else "many" if workload == "many" else "lock",
         names=members,
-        fencing=workload in ("lock", "fair") and choices.chance(30),
+        fencing=workload in ("lock", "fair", "want_result") and choices.chance(30),
+        want_result=workload == "want_result",
         renew=choices.chance(50),
         lease_ms=choices.pick((3000, 1000, 10_000)),
         wait_ms=choices.pick((2000, 0, 500, 8000)),
@@ -143,7 +152,7 @@ def _program(sim: Any, process: Any, client: str, role: Role) -> Any:
             started, losses = sim.now_us, ledger.losses
             process.acquiring += 1
             try:
-                acquired = primitive.acquire()
+                acquired = _acquired(sim, client, primitive.claim(**_wanted(role)))
             except (LockBackendError, Interrupted) as error:
                 sim.trace.add(sim.now_us, client, f"acquire failed: {error!r}")
                 continue
@@ -156,7 +165,7 @@ def _program(sim: Any, process: Any, client: str, role: Role) -> Any:
             for hold in holds:
                 ledger.releasing(hold)
             try:
-                primitive.release()
+                primitive.release(**_result(client, role))
             except (LockNotOwned, LockBackendError, Interrupted) as error:
                 sim.trace.add(sim.now_us, client, f"release failed: {error!r}")
                 sim.unreleased.update(hold.token for hold in holds)  # (they run out)
@@ -201,7 +210,8 @@ async def _async_program(sim: Any, process: Any, client: str, role: Role, arriva
         started, losses = sim.now_us, ledger.losses
         process.acquiring += 1
         try:
-            acquired = await primitive.aacquire()
+            claim = await primitive.aclaim(**_wanted(role))
+            acquired = _acquired(sim, client, claim)
         except LockBackendError as error:
             sim.trace.add(sim.now_us, client, f"acquire failed: {error!r}")
             continue
@@ -219,7 +229,7 @@ async def _async_program(sim: Any, process: Any, client: str, role: Role, arriva
             for hold in holds:
                 ledger.releasing(hold)
             try:
-                await primitive.arelease()
+                await primitive.arelease(**_result(client, role))
             except (LockNotOwned, LockBackendError) as error:
                 sim.trace.add(sim.now_us, client, f"release failed: {error!r}")
                 sim.unreleased.update(hold.token for hold in holds)  # (they run out)
@@ -231,7 +241,7 @@ def _held(
     """What an acquisition that returned ``acquired`` holds, told to the ledger (None: it
     holds nothing); each check of its return on the way."""
     ledger = sim.ledger
-    if sim.ledger.faults == 0 and sim.now_us > started + role.wait_ms * 1000 + 2000:
+    if sim.ledger.faults == 0 and sim.now_us > started + role.wait_ms * 1000 + RETURN_US:
         ledger.fail(f"{client}'s acquisition returned "
                     f"{(sim.now_us - started - role.wait_ms * 1000) / 1000:.3f} ms "
                     "after its wait ran out")  # fmt: skip
@@ -241,11 +251,29 @@ def _held(
     _check_in_time(sim, client, primitive, role)
     holds = [
         ledger.granted(client, name, _token(lock), getattr(lock, "fencing_token", 0) or 0,
-                       _until_us(primitive), fenced=role.fencing, losses=losses)
+                       _until_us(primitive), fenced=role.fencing, losses=losses,
+                       want_result=role.want_result)
         for name, lock in _members(primitive, role)
     ]  # fmt: skip
     sim.trace.add(sim.now_us, client, "holds " + ", ".join(h.lock for h in holds))
     return holds
+
+
+def _acquired(sim: Any, client: str, claim: Any) -> bool:
+    if claim.result is not None:  # (the work was done: the guards answer with its result)
+        sim.trace.add(sim.now_us, client, f"found the work done: {claim.result!r}")
+    return bool(claim.acquired)
+
+
+def _wanted(role: Role) -> dict[str, Any]:
+    return {"want_result": True} if role.want_result else {}
+
+
+def _result(client: str, role: Role) -> dict[str, Any]:
+    """What a release leaves for the duplicates (the guards' result), if anything."""
+    if not role.want_result:
+        return {}
+    return {"result": f"done-by-{client}".encode(), "result_ttl": 60}
 
 
 def _check_in_time(sim: Any, client: str, primitive: Any, role: Role) -> None:

@@ -264,7 +264,9 @@ class RuntimeSimulation:
         if not kinds:
             return False
         kind = self.choices.pick(kinds)
-        self.ledger.faults += 1
+        # (An interrupt or a cancellation is no fault of the world: the ledger's checks that
+        # faults switch off stay on, and nothing may be left behind.)
+        self.ledger.faults += kind in ("pause", "restart")
         if kind == "crash":
             waiting = [p for p in alive if p.acquiring]
             # (Half of them in line: a dead waiter is what the queue must get past.)
@@ -283,7 +285,6 @@ class RuntimeSimulation:
             actor = self.choices.pick(pool)
             actor.throw = Interrupted("simulated: interrupted")
             self.interrupts += 1
-            self.ledger.faults -= 1  # (not a fault of the world: nothing may be left behind)
             self.trace.add(now, actor.name, "INTERRUPTED where it waits for a reply")
         elif kind == "cancel":
             # (Half of them in a loop with a request still on its way.)
@@ -297,7 +298,6 @@ class RuntimeSimulation:
             actor.wait.loop.cancel(task)
             actor.wait.notified = True
             self.interrupts += 1
-            self.ledger.faults -= 1  # (as an interrupt: nothing may be left behind)
             self.trace.add(now, task.get_name(), "CANCELLED where it is suspended")
         else:
             self.disconnections += 1
