@@ -32,8 +32,9 @@ from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.task_guards.policy import TaskGuard
 from django_redis_lock.task_guards.runs import GuardedRun
 from tests.conftest import django_redis_caches
-from tests.support.helpers import keys_without_ttl, run_async
+from tests.support.helpers import keys_without_ttl, run_async, wait_until
 from tests.support.proxy import DROP_REPLIES, PASS
+from tests.support.topologies import QUORUM_MEMBERS
 from tests.testapp import views
 
 # -- the harness ------------------------------------------------------------------------------
@@ -490,6 +491,38 @@ def test_a_sync_acquire_interrupted_at_any_step_holds_or_leaves_nothing(
         nothing_of_ours_held(redis_client, name, within=5)
 
     assert interrupted_everywhere(interrupting, lock.acquire, check) >= 4
+
+
+def test_a_sync_quorum_acquire_interrupted_at_any_step_holds_or_leaves_nothing(quorum, settings):
+    """Quorum mode: an acquisition interrupted with its requests out (or between two rounds)
+    gives back what it took on every server before the interrupt goes on, behind its
+    requests on their connections: no server keeps a lease of it (a majority of them kept
+    the lock from anyone for its whole lease)."""
+    caches = {alias: {**cache} for alias, cache in quorum.caches.items()}
+    for alias in QUORUM_MEMBERS:
+        caches[alias]["OPTIONS"] = {
+            **caches[alias]["OPTIONS"],
+            "CONNECTION_POOL_KWARGS": {"connection_class": InterruptingConnection},
+        }
+    settings.CACHES = caches
+    InterruptingConnection.interrupt_at = InterruptingConnection.steps = 0
+    name = fresh("sync-quorum")
+    lock = Lock(name, timeout=30, wait=1, using="redlock")
+    key = lock_keys(name, "redlock").lease
+
+    def check(interrupted, result):
+        if not interrupted:
+            assert result is True
+            lock.release()
+        assert lock.token is None
+        for client in quorum.clients:
+            wait_until(lambda c=client: not c.exists(key), 5, f"no lease of {name} on {client}")
+            assert keys_without_ttl(client) == []
+
+    try:
+        assert interrupted_everywhere(InterruptingConnection, lock.acquire, check) >= 4
+    finally:
+        InterruptingConnection.interrupt_at = 0
 
 
 def test_a_sync_release_interrupted_at_any_step_leaves_nothing(interrupting, redis_client):

@@ -4,6 +4,7 @@ majority does. No queue: a waiter looks again after a short random delay."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from ..base import aone_by_one, one_by_one
 from ..inflight import carried
 from ..scripts import EXTEND
 from ..server import AsyncServerBackend, Server, ServerBackend
+from .broadcast import GiveBack, giving_back
 from .client import QuorumUnavailable
 
 __all__ = ["AsyncQuorumBackend", "QuorumBackend"]
@@ -27,9 +29,24 @@ class QuorumBackend(ServerBackend):
         return False
 
     def send(self, *args: Any, **options: Any) -> Any:
-        # Each server's socket timeout applies; the QuorumClient decides when it has heard
-        # enough (a majority).
-        return self.client.execute_command(*args)
+        """Each server's socket timeout applies; the QuorumClient decides when it has heard
+        enough (a majority). An acquisition (``if_silent``: its give-back) interrupted on the
+        way (``KeyboardInterrupt``, ``SystemExit``) gives back what it took on every server
+        before the interrupt goes on: behind its requests on their connections when they are
+        out (``broadcast.giving_back``), else behind the replies it read."""
+        if_silent = options.get("if_silent")
+        if if_silent is None:
+            return self.client.execute_command(*args)
+        with giving_back(GiveBack(if_silent)) as give_back:
+            try:
+                return self.client.execute_command(*args)
+            except RedisError:
+                raise
+            except BaseException:
+                if not give_back.sent:  # (interrupted between two rounds)
+                    with contextlib.suppress(RedisError, OSError):
+                        self.client.give_back(if_silent())
+                raise
 
     def send_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         return one_by_one(self.send, commands)

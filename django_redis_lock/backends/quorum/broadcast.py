@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +24,9 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from ...core.durations import readable
 from ..scripts import Script
-from ..wire import pack
+from ..wire import pack, pack_all
 
-__all__ = ["Broadcaster", "Replies", "Silent", "answered"]
+__all__ = ["Broadcaster", "GiveBack", "Replies", "Silent", "answered", "giving_back"]
 
 # Used when no server's client sets a socket timeout.
 _DEFAULT_REPLY_TIMEOUT = 5.0
@@ -37,6 +38,33 @@ _GRACE_MIN = 0.002
 _SLICE = 0.0005
 
 Replies = dict[int, Any]  # server index -> its reply, or the RedisError it gave
+
+
+@dataclass(eq=False)
+class GiveBack:
+    """What goes back if the caller is interrupted (``KeyboardInterrupt`` from a signal
+    handler, ``SystemExit``) while an acquisition is under way: ``commands()`` makes it (one
+    ``EVAL`` each: nothing loaded is needed), and ``sent`` says whether it went already."""
+
+    commands: Callable[[], Sequence[Sequence[Any]]]
+    sent: bool = False
+
+
+# The give-back of the acquisition under way in this thread or task (:func:`giving_back`).
+_GIVE_BACK: ContextVar[GiveBack | None] = ContextVar("django_redis_lock_give_back", default=None)
+
+
+@contextlib.contextmanager
+def giving_back(give_back: GiveBack) -> Iterator[GiveBack]:
+    """While inside, an interrupted :meth:`Broadcaster.send` sends ``give_back`` behind its
+    request on every connection the request went out on, before the interrupt goes on: each
+    server runs it right after the request, whenever it runs that (as ``wire.execute`` does
+    on one server). Sent on other connections, it could overtake the request there."""
+    reset = _GIVE_BACK.set(give_back)
+    try:
+        yield give_back
+    finally:
+        _GIVE_BACK.reset(reset)
 
 
 class Silent(RedisConnectionError):
@@ -85,6 +113,20 @@ def _read_reply(link: _Link) -> Any:
         return link.connection.read_response()
     except (RedisError, OSError) as exc:  # ResponseError: a complete error reply
         return exc if isinstance(exc, RedisError) else RedisConnectionError(str(exc))
+
+
+def _give_back_behind(sent: Sequence[_Link]) -> None:
+    """The caller was interrupted: the give-back of its acquisition, if one is under way,
+    behind the request on each connection it went out on (whether answered or not: a server
+    that granted it has answered)."""
+    give_back = _GIVE_BACK.get()
+    if give_back is None or not sent:
+        return
+    give_back.sent = True
+    data = pack_all(give_back.commands())
+    for link in sent:
+        with contextlib.suppress(RedisError, OSError):
+            link.connection.send_packed_command([data], check_health=False)
 
 
 def _next_ready(pending: list[_Link], deadline: float, turn: int) -> list[_Link]:
@@ -186,6 +228,7 @@ class Broadcaster:
         deadline = started + timeout
         replies: Replies = {}
         links = self._links()
+        sent: list[_Link] = []  # (and the one being sent: it may have gone)
         try:
             waiting: dict[_Link, int] = {}
             for index in indexes:
@@ -194,6 +237,7 @@ class Broadcaster:
                     if link is None:
                         pool = self.clients[index].connection_pool
                         link = links[index] = _Link(pool.get_connection())
+                    sent.append(link)
                     link.connection.send_packed_command([packed])
                 except RedisError as exc:
                     replies[index] = exc
@@ -230,6 +274,11 @@ class Broadcaster:
                 link.owed += 1
                 link.silent_since = now
                 replies[index] = Silent(f"no answer within {readable(now - started)}")
+        except RedisError:
+            raise
+        except BaseException:
+            _give_back_behind(sent)  # (those connections are dropped below)
+            raise
         finally:
             for index, link in enumerate(links):
                 reply = replies.get(index)

@@ -344,6 +344,13 @@ class QuorumClient:
             raise self._unavailable("read", replies)
         return READS[command](answers, self.majority)
 
+    def give_back(self, commands: Sequence[Sequence[Any]]) -> None:
+        """Send ``commands`` (an interrupted acquisition's give-back: ``EVAL`` s) to every
+        server, without waiting for their answers (read, and forgotten, by later calls): on the
+        connections the acquisition used, in step, so each runs after what it sent."""
+        for command in commands:
+            self.servers.send(command, timeout=0)
+
 
 class AsyncQuorumClient:
     """:class:`QuorumClient` for the async lock API: each operation runs in a worker thread

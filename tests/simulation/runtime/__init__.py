@@ -46,10 +46,21 @@ SETTINGS: dict[str, Any] = {
 }
 
 
+# The cache alias of a quorum's locks (the members' are m1, m2, ...).
+QUORUM_ALIAS = "redlock"
+
+
+def alias_of(world: World) -> str:
+    """The cache alias the schedule's locks use (``DJANGO_REDIS_LOCK_CACHE_ALIAS``)."""
+    return QUORUM_ALIAS if world.name == "quorum" else "default"
+
+
 def _caches(world: World) -> dict[str, Any]:
-    url = world.home().url
-    return {
-        "default": {
+    """One cache per server of the world, its connections the simulated network's: on one
+    server, ``default``; a quorum's members ``m1``, ``m2``... (and ``default``, the first)."""
+
+    def cache(url: str) -> dict[str, Any]:
+        return {
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": url,
             "OPTIONS": {
@@ -58,6 +69,20 @@ def _caches(world: World) -> dict[str, Any]:
                 "CONNECTION_POOL_KWARGS": {"connection_class": SimulatedConnection},
             },
         }
+
+    caches = {"default": cache(world.home().url)}
+    if world.name == "quorum":
+        caches.update({f"m{i + 1}": cache(node.url) for i, node in enumerate(world.nodes)})
+    return caches
+
+
+def _lock_settings(world: World) -> dict[str, Any]:
+    if world.name != "quorum":
+        return {}
+    members = [f"m{i + 1}" for i in range(len(world.nodes))]
+    return {
+        "DJANGO_REDIS_LOCK_QUORUMS": {QUORUM_ALIAS: members},
+        "DJANGO_REDIS_LOCK_CACHE_ALIAS": QUORUM_ALIAS,
     }
 
 
@@ -69,16 +94,21 @@ def _configured(world: World) -> Iterator[None]:
     if not settings.configured:
         settings.configure(**SETTINGS, CACHES=_caches(world))
         django.setup()
-    with override_settings(CACHES=_caches(world), DJANGO_REDIS_LOCK_KEY_PREFIX="drl-sim"):
+    caches = _caches(world)
+    with override_settings(
+        CACHES=caches, DJANGO_REDIS_LOCK_KEY_PREFIX="drl-sim", **_lock_settings(world)
+    ):
         # Given already: the advice on eviction is read once per process, on a thread of its
         # own (primitives/eviction.py), which would add an INFO to the first schedules only.
-        eviction.advised.claim("default")
+        for alias in (*caches, alias_of(world)):
+            eviction.advised.claim(alias)
         try:
             yield
         finally:
             # django-redis keeps pools by address across caches: this schedule's connections
             # (some taken by threads that crashed, never given back) go with it.
-            get_redis_connection("default").connection_pool.reset()
+            for alias in caches:
+                get_redis_connection(alias).connection_pool.reset()
 
 
 @contextlib.contextmanager
@@ -114,7 +144,7 @@ def run_runtime_schedule(
     gc.disable()
     with _configured(world), contextlib.ExitStack() as stack:
         stack.callback(gc.enable)
-        simulation = RuntimeSimulation(world, choices, faults, patch)
+        simulation = RuntimeSimulation(world, choices, faults, patch, alias=alias_of(world))
         stack.enter_context(simulated_runtime(simulation.scheduler))
         # The tokens' random bytes (owners.py's only: what else draws from ``secrets`` may
         # differ between a schedule run first and the same run after others).

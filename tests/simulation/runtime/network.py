@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,12 @@ SCRIPT_NAMES = (
 
 # Sent by redis-py on a connection of its own accord, answered here (no server step).
 _LOCAL = {b"CLIENT", b"HELLO", b"PING", b"SELECT", b"AUTH", b"READONLY"}
+
+
+def _micros(seconds: float) -> int:
+    """A wait of ``seconds`` in the simulated clock's microseconds: never 0 (real time moves
+    on while one waits: a wait that ended at once would loop for ever at one instant)."""
+    return max(1, math.ceil(seconds * 1e6))
 
 
 def parse_commands(data: bytes) -> list[list[bytes]]:
@@ -139,7 +146,7 @@ class Network:
         """The next reply on ``link``, waiting for it up to ``timeout`` simulated seconds."""
         if not link.readable(self.scheduler.now_us):
             now = self.scheduler.now_us
-            until = None if timeout is None else now + max(1, round(timeout * 1e6))
+            until = None if timeout is None else now + _micros(timeout)
             actor = current_actor()
             if actor is None:
                 raise RuntimeError("a simulated connection read outside a simulated thread")
@@ -161,7 +168,7 @@ class Network:
         assert actor is not None
         link.reader = actor
         try:
-            actor.block(Wait(until_us=self.scheduler.now_us + round(timeout * 1e6), link=link))
+            actor.block(Wait(until_us=self.scheduler.now_us + _micros(timeout), link=link))
         finally:
             link.reader = None
         return link.readable(self.scheduler.now_us)

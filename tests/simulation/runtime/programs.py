@@ -71,10 +71,10 @@ def cast(sim: Any, workload: str, choices: Choices) -> None:
     for name in names:
         full = TAG + name
         if kind == "semaphore":
-            permits = permit_keys(full, "default")
+            permits = permit_keys(full, sim.alias)
             facts = LockFacts(limit, permits.lease, permits.queue, permits.waiters, None)
         else:
-            keys = lock_keys(full, "default")
+            keys = lock_keys(full, sim.alias)
             facts = LockFacts(1, keys.lease, keys.queue, keys.waiters, keys.result)
         sim.ledger.lock(full, facts)
     if workload == "async":

@@ -47,6 +47,7 @@ class RuntimeSimulation:
     choices: Choices
     faults: Faults = NO_FAULTS
     patch: Any = None  # a deliberate mutation of the scripts (``../mutations.py``)
+    alias: str = "default"  # the cache alias of the schedule's locks
     fault_steps: int = 200
     ledger: Ledger = field(default_factory=Ledger)
     trace: Trace = field(default_factory=lambda: Trace(START_US))
@@ -259,7 +260,7 @@ class RuntimeSimulation:
             kinds.append("interrupt")
         if cancellable:
             kinds.append("cancel")
-        if not self.faults.restarts:
+        if not self.faults.restarts or not self.world.restartable():
             kinds.remove("restart")
         if not kinds:
             return False
