@@ -52,7 +52,7 @@ SIMULATE_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(WORKLOAD),--workload $(WORK
 	$(if $(FIRST_SEED),--first-seed $(FIRST_SEED)) $(if $(RESULTS),--results $(RESULTS))
 simulate: $(VENV)/.installed-test
 	$(BIN)/python -m tests.simulation $(SIMULATE_ARGS)
-	$(if $(SEED),,$(BIN)/python -m tests.simulation.runtime campaign $(if $(SCHEDULES),--schedules $(SCHEDULES)) $(if $(WORKLOAD),--workload $(WORKLOAD)) $(if $(FAULTS),--faults $(FAULTS)))
+	$(if $(SEED),,$(BIN)/python -m tests.simulation.runtime campaign $(if $(SCHEDULES),--schedules $(SCHEDULES)) $(if $(WORKLOAD),--workload $(WORKLOAD)) $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(FAULTS),--faults $(FAULTS)))
 
 # Each planted mutation (tests/simulation/mutations.py) in a scratch copy of the tree.
 mutants: $(VENV)/.installed-test

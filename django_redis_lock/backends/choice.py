@@ -1,9 +1,13 @@
 """Choosing a backend: once per client, by its class (django-redis' ``CLIENT_CLASS`` idea),
-and kept as long as the client is; per alias, until the settings change."""
+and kept as long as the client is; per alias, until the settings change.
+
+The backend is kept on the client itself (an attribute), not in a table of ours: a backend
+holds its client, so a table keyed by the client, even weakly, would keep both for good (one
+pair for every event loop's asyncio client, and for each quorum acquisition's).
+"""
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -21,7 +25,8 @@ from .server import AsyncServerBackend, ServerBackend
 
 __all__ = ["async_backend_for", "async_backend_of", "backend_for", "backend_of"]
 
-_backends: weakref.WeakKeyDictionary[Any, Backend] = weakref.WeakKeyDictionary()
+# The attribute of a client that holds its backend.
+_BACKEND = "_django_redis_lock_backend"
 
 # The first class a client is an instance of names its backend; any other: one server's.
 _SYNC: tuple[tuple[type, type[ServerBackend]], ...] = (
@@ -35,10 +40,11 @@ _ASYNC: tuple[tuple[type, type[AsyncServerBackend]], ...] = (
 
 
 def _chosen(client: Any, kinds: tuple[tuple[type, type[Backend]], ...], default: type) -> Any:
-    backend = _backends.get(client)
+    backend = client.__dict__.get(_BACKEND)
     if backend is None:
         chosen = next((backend for kind, backend in kinds if isinstance(client, kind)), default)
-        backend = _backends[client] = chosen(client)
+        backend = chosen(client)
+        setattr(client, _BACKEND, backend)
     return backend
 
 

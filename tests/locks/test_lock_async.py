@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+import weakref
+from typing import Any
 
 import pytest
 
 from django_redis_lock import Lock, LockNotAcquired, LockNotOwned
+from django_redis_lock.backends import async_backend_of
 from django_redis_lock.primitives.keys import lock_keys
 from tests.support.helpers import run_async as run
 
@@ -117,3 +121,27 @@ def test_waiting_never_blocks_the_event_loop(redis_client):
     holder.join()
     assert ticks == 100
     assert results == [True, True, True]
+
+
+@pytest.mark.parametrize("topology", ["server", "quorum"])
+def test_an_event_loops_client_and_backend_go_with_the_loop(request, topology):
+    """Each event loop has its own asyncio client, and so its own backend: once the loop is
+    gone (a script's ``asyncio.run``, an ``async_to_sync`` call), so are they. (A table of
+    backends keyed weakly by their clients kept every one: a backend holds its client.) In
+    quorum mode a backend is made for each request, and goes with it."""
+    alias = "default"
+    if topology == "quorum":
+        request.getfixturevalue("quorum")
+        alias = "redlock"
+    seen: list[weakref.ref[Any]] = []
+
+    async def use() -> None:
+        lock = Lock(f"loop-bound-{topology}", using=alias)
+        assert await lock.aacquire()
+        await lock.arelease()
+        seen.append(weakref.ref(async_backend_of(alias)))
+
+    for _ in range(3):
+        run(use())
+    gc.collect()
+    assert [ref() for ref in seen] == [None, None, None]

@@ -136,6 +136,15 @@ CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
         "    if False:",
         "async",
     ),
+    # Quorum mode: an acquisition interrupted with its requests out leaves what they took on
+    # the servers (a majority's SET NX, held for a whole lease by nobody).
+    "an interrupted quorum acquisition keeps what it took": (
+        "django_redis_lock.backends.quorum.backend",
+        "QuorumBackend.send",
+        "        if if_silent is None:",
+        "        if True:",
+        "lock",
+    ),
     # A cancelled waiter goes without stepping out of the line.
     "a cancelled waiter stays in line": (
         "django_redis_lock.backends.drivers",

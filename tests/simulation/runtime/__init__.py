@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import random
+import threading
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -106,9 +107,17 @@ def _configured(world: World) -> Iterator[None]:
             yield
         finally:
             # django-redis keeps pools by address across caches: this schedule's connections
-            # (some taken by threads that crashed, never given back) go with it.
-            for alias in caches:
-                get_redis_connection(alias).connection_pool.reset()
+            # (some taken by threads that crashed, never given back) go with it. In a thread
+            # of its own: Django's caches are kept per thread (in its context), and each
+            # schedule's, made in this long-lived one, would be kept for good.
+            resetting = threading.Thread(target=_reset_pools, args=(list(caches),))
+            resetting.start()
+            resetting.join()
+
+
+def _reset_pools(aliases: list[str]) -> None:
+    for alias in aliases:
+        get_redis_connection(alias).connection_pool.reset()
 
 
 @contextlib.contextmanager
@@ -132,6 +141,10 @@ class _SeededBytes:
         return self._random.randbytes(32 if count is None else count)
 
 
+THAW_EVERY = 200  # schedules
+_schedules = [0]
+
+
 def run_runtime_schedule(
     world: World, workload: str, choices: Choices, faults: Faults = NO_FAULTS, patch: Any = None
 ) -> RuntimeSimulation:
@@ -140,7 +153,14 @@ def run_runtime_schedule(
     # What the library holds weakly (a hold's Lock object, a task) goes when its last
     # reference does, never at a garbage collection that comes whenever the allocations say:
     # the collector runs between schedules only, so a seed replays alike alone or after others.
+    # What is left then is frozen (a collection walks only what the schedules made since: a
+    # third of a schedule's time otherwise), and thawed now and then, for what was left alive
+    # then and is garbage since.
+    _schedules[0] += 1
+    if _schedules[0] % THAW_EVERY == 0:
+        gc.unfreeze()
     gc.collect()
+    gc.freeze()
     gc.disable()
     with _configured(world), contextlib.ExitStack() as stack:
         stack.callback(gc.enable)

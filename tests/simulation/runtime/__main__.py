@@ -5,6 +5,7 @@
     python -m tests.simulation.runtime mutants                # the share finds each mutation
     python -m tests.simulation.runtime campaign --schedules 100000 --workload lock
     python -m tests.simulation.runtime replay --seed 4711 --workload semaphore
+    python -m tests.simulation.runtime replay --seed 28 --workload lock --topology quorum
 
 Exit status 1 when a schedule failed (``share``, ``campaign``), a mutation went unnoticed
 (``mutants``), or a replayed schedule failed (``replay``, which prints its trace).
@@ -29,8 +30,16 @@ from ..topology import simulated_topology
 from ..world import World, WorldFault
 from . import WORKLOADS, run_runtime_schedule
 
-# The suite's share: seeds 0 to SHARE - 1 of each workload, faults on and off (~30 s).
-SHARE = 80
+# The topologies the runtime simulation runs on, and the workloads each runs: a quorum has
+# no semaphores (quorum mode refuses them) and no asyncio clients here (its async client runs
+# each request in a worker thread, outside the simulation's threads).
+TOPOLOGIES = ("server", "quorum")
+QUORUM_WORKLOADS = ("lock", "fair", "many", "want_result")
+
+# The suite's share: seeds 0 to SHARE - 1 of each workload, faults on and off, on one
+# server; QUORUM_SHARE of each on a quorum (its waiters poll: longer schedules). ~30 s.
+SHARE = 60
+QUORUM_SHARE = 12
 
 # Where the share looks for each planted mutation: (first seed, schedules). A search from 0
 # finds each at the seed in its comment; the share starts a little before it, so that a change
@@ -52,7 +61,31 @@ PLANTED: dict[str, tuple[int, int]] = {
     "a cancelled acquisition keeps its grant": (20, 40),  # 36
     "a cancelled request keeps what it took": (80, 40),  # 91
     "a cancelled waiter stays in line": (2120, 40),  # 2141
+    "an interrupted quorum acquisition keeps what it took": (20, 20),  # 28
 }
+# Where a planted mutation is looked for, when not on one server.
+TOPOLOGY_OF: dict[str, str] = {"an interrupted quorum acquisition keeps what it took": "quorum"}
+
+
+def workloads_on(topology: str) -> tuple[str, ...]:
+    return QUORUM_WORKLOADS if topology == "quorum" else WORKLOADS
+
+
+class _Worlds:
+    """The servers of each topology, started when first needed, stopped at the end."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, World] = {}
+
+    def __getitem__(self, topology: str) -> World:
+        if topology not in self.started:
+            directory = tempfile.mkdtemp(prefix=f"simulate-runtime-{topology}-")
+            self.started[topology] = simulated_topology(topology, directory)
+        return self.started[topology]
+
+    def stop(self) -> None:
+        for world in self.started.values():
+            world.stop()
 
 
 def workload_of(mutation: str) -> str:
@@ -87,23 +120,24 @@ def _run(world: World, workload: str, seed: int, faults: Any, patch: Any) -> str
     return "the world broke three times"
 
 
-def _share(world: World) -> int:
-    failed = 0
+def _share(worlds: _Worlds) -> int:
+    failed = count = 0
     started = time.perf_counter()
-    for workload in WORKLOADS:
-        for faults in (NO_FAULTS, FAULTS_ON):
-            for seed in range(SHARE):
-                why = _run(world, workload, seed, faults, None)
-                if why is not None:
-                    failed += 1
-                    print(f"FAILED {workload} seed {seed} faults {'on' if faults.on else 'off'}:")
-                    print(why)
-    count = len(WORKLOADS) * 2 * SHARE
+    for topology, seeds in (("server", SHARE), ("quorum", QUORUM_SHARE)):
+        for workload in workloads_on(topology):
+            for faults in (NO_FAULTS, FAULTS_ON):
+                for seed in range(seeds):
+                    count += 1
+                    why = _run(worlds[topology], workload, seed, faults, None)
+                    if why is not None:
+                        failed += 1
+                        print(f"FAILED {workload} on {topology} seed {seed} faults "
+                              f"{'on' if faults.on else 'off'}:\n{why}")  # fmt: skip
     print(f"{count} schedules, {failed} failed, {time.perf_counter() - started:.1f} s")
     return 1 if failed else 0
 
 
-def _mutants(world: World, full: bool) -> int:
+def _mutants(worlds: _Worlds, full: bool) -> int:
     missed = 0
     print("| planted mutation | workload | found at seed | seconds |")
     print("|---|---|---|---|")
@@ -111,37 +145,42 @@ def _mutants(world: World, full: bool) -> int:
         if full:
             first, count = 0, 10_000
         workload = workload_of(mutation)
+        topology = TOPOLOGY_OF.get(mutation, "server")
         started = time.perf_counter()
         found = None
         with _applied(mutation) as patch:
             for seed in range(first, first + count):
-                if _run(world, workload, seed, FAULTS_ON, patch) is not None:
+                if _run(worlds[topology], workload, seed, FAULTS_ON, patch) is not None:
                     found = seed
                     break
         seconds = time.perf_counter() - started
         missed += found is None
         at = str(found) if found is not None else f"MISSED ({first}-{first + count - 1})"
-        print(f"| {mutation} | {workload} | {at} | {seconds:.1f} |", flush=True)
+        where = workload if topology == "server" else f"{workload} ({topology})"
+        print(f"| {mutation} | {where} | {at} | {seconds:.1f} |", flush=True)
     return 1 if missed else 0
 
 
-def _campaign(world: World, args: argparse.Namespace) -> int:
-    failed = 0
+def _campaign(worlds: _Worlds, args: argparse.Namespace) -> int:
+    failed = total = 0
     started = time.perf_counter()
     faults = FAULTS_ON if args.faults == "on" else NO_FAULTS
-    workloads = [w for w in args.workload or WORKLOADS if w in WORKLOADS]
-    if not workloads:
-        print(f"{', '.join(args.workload)}: not a workload of the runtime simulation; none run")
-        return 0
-    for workload in workloads:
-        for seed in range(args.first_seed, args.first_seed + args.schedules):
-            why = _run(world, workload, seed, faults, None)
-            if why is not None:
-                failed += 1
-                print(f"FAILED {workload} seed {seed}: replay with python -m "
-                      f"tests.simulation.runtime replay --seed {seed} --workload {workload}"
-                      f" --faults {args.faults}\n{why.splitlines()[0]}", flush=True)  # fmt: skip
-    total = args.schedules * len(workloads)
+    for topology in [t for t in args.topology or TOPOLOGIES if t in TOPOLOGIES]:
+        workloads = [w for w in args.workload or WORKLOADS if w in workloads_on(topology)]
+        for workload in workloads:
+            for seed in range(args.first_seed, args.first_seed + args.schedules):
+                why = _run(worlds[topology], workload, seed, faults, None)
+                if why is not None:
+                    failed += 1
+                    print(f"FAILED {workload} on {topology} seed {seed}: replay with python -m "
+                          f"tests.simulation.runtime replay --seed {seed} --workload {workload}"
+                          f" --topology {topology} --faults {args.faults}\n"
+                          f"{why.splitlines()[0]}", flush=True)  # fmt: skip
+            total += args.schedules
+            print(f"{workload} on {topology}: {args.schedules:,} schedules, "
+                  f"{time.perf_counter() - started:,.0f} s so far", flush=True)  # fmt: skip
+    if not total:
+        print("no workload and topology of the runtime simulation chosen; none run")
     print(f"{total:,} schedules, {failed} failed, {time.perf_counter() - started:,.0f} s")
     return 1 if failed else 0
 
@@ -155,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.simulation.runtime")
     parser.add_argument("command", choices=("share", "mutants", "campaign", "replay"))
     parser.add_argument("--workload", action="append", help=f"one of {', '.join(WORKLOADS)}")
+    parser.add_argument("--topology", action="append", help=f"one of {', '.join(TOPOLOGIES)}")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--schedules", type=int, default=100_000)
@@ -167,22 +207,23 @@ def main(argv: list[str] | None = None) -> int:
     # asyncio's word on them nor what their coroutines raise when collected is news.
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     sys.unraisablehook = _quiet_about_coroutines
-    world = simulated_topology("server", tempfile.mkdtemp(prefix="simulate-runtime-"))
+    worlds = _Worlds()
     try:
         if args.command == "share":
-            return _share(world)
+            return _share(worlds)
         if args.command == "mutants":
-            return _mutants(world, args.full)
+            return _mutants(worlds, args.full)
         if args.command == "campaign":
-            return _campaign(world, args)
+            return _campaign(worlds, args)
         workload = (args.workload or [workload_of(args.mutation) if args.mutation else "lock"])[0]
+        topology = (args.topology or [TOPOLOGY_OF.get(args.mutation or "", "server")])[0]
         faults = FAULTS_ON if args.faults == "on" else NO_FAULTS
         with _applied(args.mutation) as patch:
-            why = _run(world, workload, args.seed, faults, patch)
+            why = _run(worlds[topology], workload, args.seed, faults, patch)
         print(why or "passed")
         return 1 if why else 0
     finally:
-        world.stop()
+        worlds.stop()
 
 
 if __name__ == "__main__":
