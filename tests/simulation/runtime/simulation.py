@@ -16,7 +16,8 @@ One step is one of:
   (the library then sends its give-back after it), a process crashed (all its threads, its
   connections and its watchdog) or paused, a sync caller interrupted where it blocked
   (``KeyboardInterrupt``), an asyncio client's task cancelled where it is suspended
-  (``aio.py``), or the server restarted empty.
+  (``aio.py``), or the server restarted empty or from a snapshot taken earlier (a failover to
+  a replica that missed the writes since).
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class RuntimeSimulation:
     slow_replies: int = 0
     # Tokens whose release failed (a LockBackendError: the lease runs out by itself).
     unreleased: set[str] = field(default_factory=set)
+    # The servers' data when a "snapshot" fault took it: (when, key -> (dump, ms left)).
+    _snapshot: tuple[int, dict[str, tuple[bytes, int]]] | None = None
 
     def __post_init__(self) -> None:
         self.scheduler = Scheduler(START_US)
@@ -255,13 +258,14 @@ class RuntimeSimulation:
             and not actor.process.crashed
             for task in actor.wait.loop.clients if not task.done()
         ]  # fmt: skip
-        kinds = ["crash", "pause", "restart"] if alive else ["restart"]
+        kinds = ["crash", "pause", "restart", "snapshot"] if alive else ["restart", "snapshot"]
         if blocked_readers:
             kinds.append("interrupt")
         if cancellable:
             kinds.append("cancel")
         if not self.faults.restarts or not self.world.restartable():
             kinds.remove("restart")
+            kinds.remove("snapshot")
         if not kinds:
             return False
         kind = self.choices.pick(kinds)
@@ -300,18 +304,37 @@ class RuntimeSimulation:
             actor.wait.notified = True
             self.interrupts += 1
             self.trace.add(now, task.get_name(), "CANCELLED where it is suspended")
+        elif kind == "snapshot":
+            state = self.ledger.state.keys
+            dumps = self.world.snapshot()
+            kept = {key: (dump, state[key].pttl) for key, dump in dumps.items() if key in state}
+            self._snapshot = (now, kept)
+            self.trace.add(now, "", "snapshot")
         else:
-            self.disconnections += 1
-            self.world.restart(None)
-            for link in self.network.links:
-                self.network.cut(link)
-            for process in self.processes:
-                process.cuts += 1
-            self.ledger.data_lost()
-            self.trace.add(now, "", "RESTART of Redis, empty")
-            self.scheduler.now_us += 1
-            self._observe()
+            self._restart()
         return True
+
+    def _restart(self) -> None:
+        """Redis restarts empty, or from the snapshot taken earlier: what a failover to a
+        replica that missed the writes since does (and on a quorum, its first member)."""
+        restored: dict[str, tuple[bytes, int]] | None = None
+        if self._snapshot is not None and self.choices.chance(50):
+            taken_us, kept = self._snapshot
+            passed = (self.now_us - taken_us) // 1000
+            restored = {k: (d, ms - passed) for k, (d, ms) in kept.items() if ms - passed > 0}
+        self.disconnections += 1
+        self.world.restart(restored)
+        for link in self.network.links:
+            self.network.cut(link)
+        for process in self.processes:
+            process.cuts += 1
+        self.ledger.data_lost()
+        what = "RESTART of Redis, empty"
+        if restored is not None:
+            what = "FAILOVER to a replica that missed the writes since the snapshot"
+        self.trace.add(self.now_us, "", what)
+        self.scheduler.now_us += 1
+        self._observe()
 
     def _crash(self, process: SimulatedProcess) -> None:
         """``process`` dies: its threads stop where they are, its connections are cut."""
