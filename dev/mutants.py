@@ -17,7 +17,7 @@ import tempfile
 import time
 
 from tests.simulation.mutations import CODE_MUTATIONS, MUTATIONS
-from tests.simulation.runtime.__main__ import PLANTED
+from tests.simulation.runtime.__main__ import PLANTED, TOPOLOGY_OF, workload_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IGNORED = shutil.ignore_patterns(
@@ -55,11 +55,10 @@ def _mutated_file(scratch: str, mutation: str) -> str:
 
 def _found_by_simulation(scratch: str, mutation: str) -> str:
     first, count = PLANTED[mutation]
-    workload = (
-        CODE_MUTATIONS[mutation][4] if mutation in CODE_MUTATIONS else MUTATIONS[mutation][3]
-    )
     done = subprocess.run(
-        [sys.executable, "-m", "tests.simulation.runtime", "campaign", "--workload", workload,
+        [sys.executable, "-m", "tests.simulation.runtime", "campaign",
+         "--workload", workload_of(mutation),
+         "--topology", TOPOLOGY_OF.get(mutation, "server"),
          "--first-seed", str(first), "--schedules", str(count)],
         cwd=scratch, capture_output=True, text=True, timeout=1800, check=False,
     )  # fmt: skip
