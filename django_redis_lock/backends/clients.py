@@ -18,9 +18,11 @@ change; ``checks.py`` reports the same problems at start-up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import threading
 import weakref
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import redis.asyncio
@@ -304,11 +306,39 @@ def get_async_redis_client(alias: str | None = None) -> AsyncClient:
     loop = asyncio.get_running_loop()
     if alias is None:
         alias = lock_settings.CACHE_ALIAS
-    per_loop = _async_clients.setdefault(loop, {})
+    per_loop = _async_clients.get(loop)
+    if per_loop is None:
+        per_loop = _async_clients[loop] = {}
+        if loop not in _closers:
+            _close_at_shutdown(loop)
     client = per_loop.get(alias)
     if client is None:
         client = per_loop[alias] = _async_twin(get_redis_client(alias), alias)
     return client
+
+
+# Each loop's closer (:func:`_close_at_shutdown`), kept as long as the loop is.
+_closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+
+def _close_at_shutdown(loop: asyncio.AbstractEventLoop) -> None:
+    """Close ``loop``'s clients when the loop shuts down: an async generator, started and left
+    waiting, which the loop's ``shutdown_asyncgens()`` closes (``asyncio.run``, asgiref's
+    ``async_to_sync`` and pytest-asyncio call it before the loop closes), and whose clean-up
+    closes the clients. So a short-lived loop leaves no connection open, whether or not its
+    code called :func:`aclose_async_redis_clients`."""
+    closer = _closing()
+    started: Any = closer.__anext__()  # (the loop's hook takes note of it)
+    with contextlib.suppress(StopIteration):
+        started.send(None)  # to its ``yield``: nothing before it waits
+    _closers[loop] = closer
+
+
+async def _closing() -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        await aclose_async_redis_clients()
 
 
 def async_lock_client(alias: LockAlias) -> AsyncClient | AsyncQuorumClient:
@@ -322,8 +352,10 @@ def async_lock_client(alias: LockAlias) -> AsyncClient | AsyncQuorumClient:
 async def aclose_async_redis_clients() -> None:
     """Close the asyncio clients of the running event loop.
 
-    Call it before a short-lived loop ends (a script's ``asyncio.run(main())``); a loop that
-    lives as long as the process (an ASGI server's) needs nothing.
+    A loop that shuts down as ``asyncio.run()`` and ``async_to_sync`` do (its async
+    generators closed first) has them closed then anyway; a loop that lives as long as the
+    process (an ASGI server's) needs nothing. Call it before a loop ends that is closed
+    without that (``loop.run_until_complete()``, then ``loop.close()``).
     """
     for client in _async_clients.pop(asyncio.get_running_loop(), {}).values():
         await client.aclose()

@@ -6,15 +6,18 @@ import asyncio
 import gc
 import threading
 import time
+import warnings
 import weakref
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 
 from django_redis_lock import Lock, LockNotAcquired, LockNotOwned
 from django_redis_lock.backends import async_backend_of
 from django_redis_lock.primitives.keys import lock_keys
 from tests.support.helpers import run_async as run
+from tests.support.helpers import wait_until
 
 
 def test_async_with(redis_client):
@@ -145,3 +148,27 @@ def test_an_event_loops_client_and_backend_go_with_the_loop(request, topology):
         run(use())
     gc.collect()
     assert [ref() for ref in seen] == [None, None, None]
+
+
+def test_a_short_lived_loop_leaves_no_connection_open(redis_client):
+    """``asyncio.run()`` and ``async_to_sync`` shut a loop down by closing its async
+    generators first: the loop's clients are closed then, whether or not the code called
+    ``aclose_async_redis_clients()`` (which a script's author forgets, and which
+    ``async_to_sync`` gives no place for)."""
+
+    def connections() -> int:
+        return len(redis_client.client_list())
+
+    async def use() -> None:
+        lock = Lock("short-lived-loop")
+        assert await lock.aacquire()
+        await lock.arelease()
+
+    before = connections()
+    for _ in range(3):
+        asyncio.run(use())  # (no aclose_async_redis_clients)
+    async_to_sync(use)()
+    wait_until(lambda: connections() == before, 10, "the loops' connections to be closed")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        gc.collect()  # (an unclosed connection would warn as it goes)

@@ -186,7 +186,7 @@ def _campaign(worlds: _Worlds, args: argparse.Namespace) -> int:
 
 
 def _quiet_about_coroutines(unraisable: Any) -> None:
-    if not inspect.iscoroutine(unraisable.object):
+    if not (inspect.iscoroutine(unraisable.object) or inspect.isasyncgen(unraisable.object)):
         sys.__unraisablehook__(unraisable)
 
 

@@ -196,6 +196,7 @@ def _async_process(sim: Any, process: Any, clients: list[tuple[str, Role, int]])
         loop = SimulatedEventLoop(sim.scheduler)
         try:
             loop.run_until_complete(main(loop))
+            loop.run_until_complete(loop.shutdown_asyncgens())  # (as asyncio.run ends a loop)
         finally:
             loop.close()
 
