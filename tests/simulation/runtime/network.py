@@ -100,6 +100,7 @@ class Link:
     dead: bool = False  # cut: nothing more goes either way
     closed: bool = False  # closed by its client: what it sent still arrives, nothing comes back
     slow_until_us: int = 0  # its replies are held back until then (a slow network, a slow server)
+    late_until_us: int = 0  # what it sends is held back until then (a slow network on the way)
     reader: Any = None  # the actor waiting for its reply
 
     def readable(self, now_us: int) -> bool:
@@ -184,7 +185,16 @@ class Network:
     # -- the scheduler's side --------------------------------------------------------------------
 
     def deliverable(self) -> list[Link]:
-        return [link for link in self.links if link.outbound and not link.dead]
+        now = self.scheduler.now_us
+        return [
+            link for link in self.links
+            if link.outbound and not link.dead and link.late_until_us <= now
+        ]  # fmt: skip
+
+    def late(self) -> list[Link]:
+        """The links whose requests are held back on the way (``late_until_us``)."""
+        now = self.scheduler.now_us
+        return [link for link in self.links if link.outbound and link.late_until_us > now]
 
     def parked(self) -> list[Link]:
         return [link for link in self.links if link.parked is not None and not link.dead]

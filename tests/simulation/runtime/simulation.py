@@ -12,7 +12,8 @@ One step is one of:
   is up, and checks the invariants (``../ledger.py``);
 - time moves, when nothing else can happen, to when the first thing happens by itself;
 - a fault (with faults on, in the first ``fault_steps`` steps): a connection cut (what it had
-  not delivered lost, and the reply it waits for), a reply slowed past its reader's timeout
+  not delivered lost, and the reply it waits for), its requests held back on the way (they
+  arrive, in order, that much later), a reply slowed past its reader's timeout
   (the library then sends its give-back after it), a process crashed (all its threads, its
   connections and its watchdog) or paused, a sync caller interrupted where it blocked
   (``KeyboardInterrupt``), an asyncio client's task cancelled where it is suspended
@@ -111,8 +112,13 @@ class RuntimeSimulation:
                 self.steps += 1
                 self.ledger.step = self.steps
                 self._step()
-            while self.network.deliverable():  # (what was sent still arrives)
-                self._deliver(self.network.deliverable()[0])
+            # What was sent still arrives (what is held back on the way, when it is due).
+            while self.network.deliverable() or self.network.late():
+                links = self.network.deliverable()
+                if links:
+                    self._deliver(links[0])
+                else:
+                    self._advance(min(link.late_until_us for link in self.network.late()))
             self.liveness.at_end()
         except Violation as violation:
             if self.world.expirations() > expired:
@@ -187,6 +193,7 @@ class RuntimeSimulation:
                 if link.parked is not None and link.parked.until_us is not None
             ]  # fmt: skip
             times += [link.slow_until_us for link in self.network.slow(self.now_us)]
+            times += [link.late_until_us for link in self.network.late()]
             if not times:
                 raise Violation(self.steps, "nobody can move: " + self._left())
             to_us = max(min(times), self.now_us + 1)
@@ -229,9 +236,15 @@ class RuntimeSimulation:
 
     def _request_fault(self, link: Any) -> None:
         self.ledger.faults += 1
-        kind = self.choices.pick(("lost before", "lost after", "slow"))
+        kind = self.choices.pick(("lost before", "lost after", "slow", "late"))
         if kind == "lost after":
             self._deliver(link)
+        if kind == "late":  # (what it sent, and will send, arrives that much later: TCP order)
+            self.slow_replies += 1
+            link.process.slow_replies += 1
+            link.late_until_us = self.now_us + self.choices.pick((300, 2000, 8000)) * 1000
+            self.trace.add(self.now_us, str(link.process), f"{link}'s requests are LATE")
+            return
         if kind == "slow":
             self.slow_replies += 1
             link.process.slow_replies += 1
