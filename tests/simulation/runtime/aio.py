@@ -135,7 +135,7 @@ class SimulatedAsyncConnection(AsyncConnection):
 
     @property
     def is_connected(self) -> bool:
-        return self.link is not None
+        return self.link is not None and not self.link.dead
 
     def _network(self) -> Any:
         network = simulated_network.current()
@@ -146,6 +146,13 @@ class SimulatedAsyncConnection(AsyncConnection):
         return network
 
     async def connect(self, *args: Any, **kwargs: Any) -> None:
+        """The pool's, as it lends the connection: one that was cut is made anew (as
+        ``network.SimulatedConnection.connect``)."""
+        if self.link is not None and self.link.dead:
+            await self.disconnect()
+        self._linked()
+
+    def _linked(self) -> None:
         network = self._network()
         if self.link is None:
             self.link = network.open(self.host, self.port)
@@ -164,7 +171,7 @@ class SimulatedAsyncConnection(AsyncConnection):
         return None
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        await self.connect()
+        self._linked()
         data = command if isinstance(command, bytes | bytearray) else b"".join(
             bytes(part) for part in ([command] if isinstance(command, str) else command)
         )  # fmt: skip
@@ -175,7 +182,7 @@ class SimulatedAsyncConnection(AsyncConnection):
             raise
 
     async def can_read_destructive(self) -> bool:
-        await self.connect()
+        self._linked()
         return bool(self.link.readable(simulated_network.current().scheduler.now_us))
 
     async def can_read(self) -> bool:  # (redis-py 8's pool asks this)
