@@ -134,13 +134,21 @@ def run_then_wait(
                 and sooner(reply_timeout, connection.socket_timeout)
                 and not connection.can_read(timeout=reply_timeout)
             ):
-                if if_silent is not None:
-                    with contextlib.suppress(RedisError, OSError):
-                        connection.send_packed_command([pack_all(if_silent())], check_health=False)
                 raise no_reply(reply_timeout)
-            reply = connection.read_response()
+            # (Left open on a timeout, for if_silent to follow on it: then dropped.)
+            reply = connection.read_response(disconnect_on_error=if_silent is None)
         except ResponseError:
             connection.disconnect()  # the BLPOP behind it is still pending
+            raise
+        except RedisError as error:
+            # No reply within the reply budget or the socket timeout (a request held up on
+            # its way arrives after the caller gave up: then what it took goes back, behind
+            # it); a broken connection takes the request's fate with it.
+            if isinstance(error, RedisTimeoutError):
+                _give_back_behind(connection, if_silent)
+            raise
+        except BaseException:  # interrupted (KeyboardInterrupt, SystemExit): as execute does
+            _give_back_behind(connection, if_silent)
             raise
         if after_first is not None:
             client_timeout = min(client_timeout, after_first(reply))
@@ -154,6 +162,14 @@ def run_then_wait(
             return reply, None
         connection.disconnect()  # still blocked server-side: see wait_for_wake
         return reply, None
+
+
+def _give_back_behind(
+    connection: Any, if_silent: Callable[[], Sequence[Sequence[Any]]] | None
+) -> None:
+    if if_silent is not None:
+        with contextlib.suppress(RedisError, OSError):
+            connection.send_packed_command([pack_all(if_silent())], check_health=False)
 
 
 async def arun_then_wait(

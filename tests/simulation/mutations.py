@@ -136,6 +136,17 @@ CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
         "    if False:",
         "async",
     ),
+    # A queue join whose reply did not come within the socket timeout (held up on its way)
+    # leaves what it took when it arrives: its give-back does not follow it (found by this
+    # simulation's campaign: a lease by nobody for a whole lease).
+    "a join held up on its way keeps what it took": (
+        "django_redis_lock.backends.waits",
+        "run_then_wait",
+        "            if isinstance(error, RedisTimeoutError):\n"
+        "                _give_back_behind(connection, if_silent)",
+        "            if False:\n                _give_back_behind(connection, if_silent)",
+        "lock",
+    ),
     # Quorum mode: an acquisition interrupted with its requests out leaves what they took on
     # the servers (a majority's SET NX, held for a whole lease by nobody).
     "an interrupted quorum acquisition keeps what it took": (
