@@ -54,9 +54,10 @@ def test_the_schedules_that_found_defects_pass(seed: int, workload: str, topolog
     interrupted join (1011), a lock_many that said it held a member that had lapsed (2418), or
     whose grant came after its lease (9), a quorum acquisition interrupted with its requests
     out that gave nothing back (28), a queue join held up on its way past the socket timeout
-    that took the lock for nobody when it arrived (4991). (Their seeds may stop reaching the same spot when the
-    simulation changes; the defects' own tests are in test_scripts.py, test_lock_many.py,
-    test_lost_replies.py and test_cancellation.py.)"""
+    that took the lock for nobody when it arrived (4991). (Their seeds may stop reaching the
+    same spot when the simulation changes; the defects' own tests are in test_scripts.py,
+    test_lock_many.py, test_lost_replies.py and test_cancellation.py, and the last one's is
+    this simulation's: its planted mutation.)"""
     done = _simulate("replay", "--seed", str(seed), "--workload", workload, "--topology", topology)
     assert done.returncode == 0, done.stdout[-20_000:] + done.stderr[-5_000:]
 
