@@ -31,7 +31,8 @@ from ..choices import Choices
 from ..simulation import NO_FAULTS, Faults
 from ..world import World
 from .aio import async_twin
-from .network import SimulatedConnection, install
+from .connection import SimulatedConnection
+from .network import install
 from .programs import WORKLOADS, cast
 from .simulation import RuntimeSimulation
 from .threads import simulated_runtime

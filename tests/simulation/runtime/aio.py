@@ -147,7 +147,7 @@ class SimulatedAsyncConnection(AsyncConnection):
 
     async def connect(self, *args: Any, **kwargs: Any) -> None:
         """The pool's, as it lends the connection: one that was cut is made anew (as
-        ``network.SimulatedConnection.connect``)."""
+        ``connection.SimulatedConnection.connect``)."""
         if self.link is not None and self.link.dead:
             await self.disconnect()
         self._linked()
