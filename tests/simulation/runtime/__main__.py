@@ -46,14 +46,15 @@ QUORUM_SHARE = 12
 # of the simulation that moves it fails here and is looked at, not skipped. ``mutants --full``
 # searches seeds 0-9,999 for each (the issue's bound). The scripts' mutations that only the
 # flows' simulation finds (``join forgets when it queued``) are in
-# tests/locks/test_simulation.py.
+# tests/locks/test_simulation.py. Not looked for: ``a leave overtaken by its join`` (found at
+# seed 1022 until a join's give-back followed it whatever timed out: that now ends what a late
+# join took, and no seed of 0-9,999 shows the mark missing; tests/locks/test_scripts.py does).
 PLANTED: dict[str, tuple[int, int]] = {
     "lock_many keeps what it took": (80, 20),  # 91
     "no give-back after a lost reply": (540, 20),  # 552
     "a grant used at its lease's last moment": (340, 20),  # 359
     "lock_many forgets a lapsed member": (40, 20),  # 52
-    "a dead semaphore waiter is never pruned": (220, 20),  # 234
-    "a leave overtaken by its join": (1010, 20),  # 1022
+    "a dead semaphore waiter is never pruned": (510, 20),  # 523
     "release ignores the token": (70, 20),  # 81
     "extend ignores the token": (1310, 20),  # 1324
     "unfair release never serves the starved": (10, 20),  # 25
