@@ -179,8 +179,12 @@ class LockGroup:
             # fixed lease shorter than the wait for a later one, a pause) while a later one was
             # waited for: one with less than half of what it had left gets its lease again (as
             # Redisson's MultiLock does), or the group is not held: a lease that ended may be
-            # another's by now.
+            # another's by now. One reported lost meanwhile is not held either (its holder
+            # stopped believing in it: lost stays lost, even if an extension would succeed).
             for member in taken:
+                if member.lost:  # (reported lost meanwhile: a renewal that could not reach Redis)
+                    yield from self._undo(taken)
+                    return Claim(False, refusal=LockNotAcquired(member.name, waited=wait))
                 now_left = self._left(member)
                 if now_left == 0 or now_left < left[id(member)] / 2:
                     try:

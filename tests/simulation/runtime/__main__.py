@@ -65,6 +65,7 @@ PLANTED: dict[str, tuple[int, int]] = {
     "a cancelled waiter stays in line": (1730, 20),  # 1746
     "an interrupted quorum acquisition keeps what it took": (300, 10),  # 308
     "a join held up on its way keeps what it took": (4070, 20),  # 4084
+    "lock_many holds a member reported lost": (2780, 20),  # 2797
 }
 # Where a planted mutation is looked for, when not on one server.
 TOPOLOGY_OF: dict[str, str] = {"an interrupted quorum acquisition keeps what it took": "quorum"}
