@@ -30,12 +30,16 @@ def _simulate(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+# (~25 s alone; a loaded machine, four workers on two cores, may take several times that: the
+# subprocess has its own limit, 600 s.)
+@pytest.mark.timeout(660)
 def test_every_schedule_of_the_share_keeps_the_invariants() -> None:
     done = _simulate("share")
     assert done.returncode == 0, done.stdout[-20_000:] + done.stderr[-5_000:]
     assert ", 0 failed" in done.stdout
 
 
+@pytest.mark.timeout(660)
 def test_each_planted_mutation_is_found() -> None:
     done = _simulate("mutants")
     assert done.returncode == 0, done.stdout + done.stderr[-5_000:]

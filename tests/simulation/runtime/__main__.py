@@ -37,9 +37,9 @@ TOPOLOGIES = ("server", "quorum")
 QUORUM_WORKLOADS = ("lock", "fair", "many", "want_result")
 
 # The suite's share: seeds 0 to SHARE - 1 of each workload, faults on and off, on one
-# server; QUORUM_SHARE of each on a quorum (its waiters poll: longer schedules). ~30 s.
-SHARE = 60
-QUORUM_SHARE = 12
+# server; QUORUM_SHARE of each on a quorum (its waiters poll: longer schedules). ~25 s.
+SHARE = 45
+QUORUM_SHARE = 8
 
 # Where the share looks for each planted mutation: (first seed, schedules). A search from 0
 # finds each at the seed in its comment; the share starts a little before it, so that a change
