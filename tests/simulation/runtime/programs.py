@@ -175,8 +175,9 @@ def _program(sim: Any, process: Any, client: str, role: Role) -> Any:
 
 def _async_process(sim: Any, process: Any, clients: list[tuple[str, Role, int]]) -> Any:
     """One process's event loop (``aio.py``), its clients tasks of it: each as a user's
-    coroutine does it, ``aacquire()``, the work (``asyncio.sleep``), ``arelease()`` in a
-    ``finally`` (a cancellation while it works releases)."""
+    coroutine does it, ``aclaim()`` (``aacquire()``, or the guards' ``want_result``), the
+    work (``asyncio.sleep``), ``arelease()`` in a ``finally`` (a cancellation while it works
+    releases)."""
 
     async def main(loop: SimulatedEventLoop) -> None:
         tasks = [
