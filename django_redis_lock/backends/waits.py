@@ -17,6 +17,7 @@ from .wire import (
     aborrowed,
     aexecute_on_cluster,
     borrowed,
+    give_back_behind,
     no_reply,
     pack,
     pack_all,
@@ -145,10 +146,10 @@ def run_then_wait(
             # its way arrives after the caller gave up: then what it took goes back, behind
             # it); a broken connection takes the request's fate with it.
             if isinstance(error, RedisTimeoutError):
-                _give_back_behind(connection, if_silent)
+                give_back_behind(connection, if_silent)
             raise
         except BaseException:  # interrupted (KeyboardInterrupt, SystemExit): as execute does
-            _give_back_behind(connection, if_silent)
+            give_back_behind(connection, if_silent)
             raise
         if after_first is not None:
             client_timeout = min(client_timeout, after_first(reply))
@@ -162,14 +163,6 @@ def run_then_wait(
             return reply, None
         connection.disconnect()  # still blocked server-side: see wait_for_wake
         return reply, None
-
-
-def _give_back_behind(
-    connection: Any, if_silent: Callable[[], Sequence[Sequence[Any]]] | None
-) -> None:
-    if if_silent is not None:
-        with contextlib.suppress(RedisError, OSError):
-            connection.send_packed_command([pack_all(if_silent())], check_health=False)
 
 
 async def arun_then_wait(

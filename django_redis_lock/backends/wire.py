@@ -38,6 +38,7 @@ __all__ = [
     "execute_many_on",
     "execute_on_cluster",
     "follow_sentinel",
+    "give_back_behind",
     "no_reply",
     "node_client",
     "pack",
@@ -187,9 +188,7 @@ def execute(
             # Left open on a timeout, for if_silent to follow on it (then dropped, by _borrowed).
             return connection.read_response(disconnect_on_error=False)
         except RedisTimeoutError:
-            if if_silent is not None:  # still open and in step: it runs after the first
-                with contextlib.suppress(RedisError, OSError):
-                    connection.send_packed_command([pack_all(if_silent())], check_health=False)
+            give_back_behind(connection, if_silent)  # (still open and in step: runs after it)
             raise
         except RedisError:
             raise
@@ -198,10 +197,19 @@ def execute(
             # from the send to the reply handed back: the request may have run, and what it
             # took goes back, on the same connection if still open, before the interrupt goes
             # on. Not waited for: Redis runs it right after the request.
-            if if_silent is not None:
-                with contextlib.suppress(RedisError, OSError):
-                    connection.send_packed_command([pack_all(if_silent())], check_health=False)
+            give_back_behind(connection, if_silent)
             raise
+
+
+def give_back_behind(
+    connection: Any, if_silent: Callable[[], Sequence[Sequence[Any]]] | None
+) -> None:
+    """Send ``if_silent()`` (a request's give-back, if it has one) on ``connection``, behind
+    the request whose reply did not come, without waiting: Redis runs it right after that
+    request, whenever it runs that one. A connection that broke meanwhile takes it with it."""
+    if if_silent is not None:
+        with contextlib.suppress(RedisError, OSError):
+            connection.send_packed_command([pack_all(if_silent())], check_health=False)
 
 
 def execute_on_cluster(cluster: Any, *args: Any, **ignored: Any) -> Any:

@@ -97,8 +97,8 @@ CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
     "no give-back after a lost reply": (
         "django_redis_lock.backends.wire",
         "execute",
-        "        except RedisTimeoutError:\n            if if_silent is not None:",
-        "        except RedisTimeoutError:\n            if False:",
+        "        except RedisTimeoutError:\n            give_back_behind(connection, if_silent)",
+        "        except RedisTimeoutError:\n            pass",
         "lock",
     ),
     # A grant learnt of at the very end of its lease is used (the third: an off-by-one).
@@ -153,8 +153,8 @@ CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
         "django_redis_lock.backends.waits",
         "run_then_wait",
         "            if isinstance(error, RedisTimeoutError):\n"
-        "                _give_back_behind(connection, if_silent)",
-        "            if False:\n                _give_back_behind(connection, if_silent)",
+        "                give_back_behind(connection, if_silent)",
+        "            if False:\n                give_back_behind(connection, if_silent)",
         "lock",
     ),
     # Quorum mode: an acquisition interrupted with its requests out leaves what they took on

@@ -42,7 +42,7 @@ from .ledger import Ledger, Violation
 from .server import Observed, scaled, unscaled_pttl
 from .takeover import watch
 from .trace import Trace, describe
-from .world import Stalled, World
+from .world import Snapshot, Stalled, World, aged, taken
 
 __all__ = ["FAULTS_ON", "NO_FAULTS", "START_US", "Faults", "Simulation", "SimulationFailed"]
 
@@ -94,7 +94,7 @@ class Simulation:
     steps: int = 0
     trace: Trace = field(default_factory=lambda: Trace(START_US))
     _ttl_ms: int = 0  # the simulated ms the keys' TTLs were last given at
-    _snapshot: tuple[int, dict[str, tuple[bytes, int]]] | None = None
+    _snapshot: Snapshot | None = None
 
     def __post_init__(self) -> None:
         self.backend = self.world.backend
@@ -326,10 +326,7 @@ class Simulation:
             client.inbox = []
             client.broken = RedisConnectionError("simulated: the wake-up's reply was lost")
         elif kind == "snapshot":
-            state = self.ledger.state.keys
-            dumps = self.world.snapshot()
-            kept = {key: (dump, state[key].pttl) for key, dump in dumps.items() if key in state}
-            self._snapshot = (self.now_us, kept)
+            self._snapshot = taken(self.world, self.ledger.state, self.now_us)
             self.trace.add(self.now_us, "", "snapshot")
         elif kind == "restart":
             self._restart()
@@ -368,9 +365,7 @@ class Simulation:
         with_data = self._snapshot is not None and self.choices.chance(50)
         if with_data:
             assert self._snapshot is not None
-            taken_us, kept = self._snapshot
-            passed = (self.now_us - taken_us) // 1000
-            restored = {k: (d, ms - passed) for k, (d, ms) in kept.items() if ms - passed > 0}
+            restored = aged(self._snapshot, self.now_us)
         self.world.restart(restored)
         self.trace.add(
             self.now_us, "", f"RESTART of Redis, {'from the snapshot' if with_data else 'empty'}"

@@ -15,10 +15,30 @@ from django_redis_lock.backends.scripts import Script
 
 from .server import CLOCK_PREFIX, Observed, SimulatedServer, simulated_scripts
 
-__all__ = ["TAG", "ServerWorld", "Stalled", "World", "WorldFault"]
+__all__ = ["TAG", "ServerWorld", "Snapshot", "Stalled", "World", "WorldFault", "aged", "taken"]
 
 # Every key of a schedule carries this hash tag: one Redis Cluster slot.
 TAG = "{sim}"
+
+
+# The servers' data when a "snapshot" fault took it: (when, key -> (dump, ms it had left)).
+Snapshot = tuple[int, dict[str, tuple[bytes, int]]]
+
+
+def taken(world: World, observed: Any, now_us: int) -> Snapshot:
+    """A snapshot of ``world`` now, each key with the time it had left (``observed``: the
+    ledger's last observation)."""
+    state = observed.keys
+    dumps = world.snapshot()
+    return now_us, {key: (dump, state[key].pttl) for key, dump in dumps.items() if key in state}
+
+
+def aged(snapshot: Snapshot, now_us: int) -> dict[str, tuple[bytes, int]]:
+    """What a restart from ``snapshot`` brings back now: each key with what it has left, those
+    whose time ran out since gone."""
+    taken_us, kept = snapshot
+    passed = (now_us - taken_us) // 1000
+    return {key: (dump, ms - passed) for key, (dump, ms) in kept.items() if ms - passed > 0}
 
 
 class WorldFault(Exception):

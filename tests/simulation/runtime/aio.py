@@ -137,14 +137,6 @@ class SimulatedAsyncConnection(AsyncConnection):
     def is_connected(self) -> bool:
         return self.link is not None and not self.link.dead
 
-    def _network(self) -> Any:
-        network = simulated_network.current()
-        if self.link is not None and (
-            self.link.network is not network or self.link.process is not network.process_now()
-        ):
-            self.link = None  # (another schedule's, or another process's: not this one's)
-        return network
-
     async def connect(self, *args: Any, **kwargs: Any) -> None:
         """The pool's, as it lends the connection: one that was cut is made anew (as
         ``connection.SimulatedConnection.connect``)."""
@@ -153,9 +145,7 @@ class SimulatedAsyncConnection(AsyncConnection):
         self._linked()
 
     def _linked(self) -> None:
-        network = self._network()
-        if self.link is None:
-            self.link = network.open(self.host, self.port)
+        self.link = simulated_network.current().link_for(self.link, self.host, self.port)
 
     async def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
         await self.connect()
@@ -172,11 +162,8 @@ class SimulatedAsyncConnection(AsyncConnection):
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         self._linked()
-        data = command if isinstance(command, bytes | bytearray) else b"".join(
-            bytes(part) for part in ([command] if isinstance(command, str) else command)
-        )  # fmt: skip
         try:
-            self._network().send(self.link, bytes(data))
+            simulated_network.current().send(self.link, simulated_network.packed(command))
         except BaseException:
             await self.disconnect()
             raise

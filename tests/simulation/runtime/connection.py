@@ -9,7 +9,7 @@ from redis.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from .network import Link, current, current_or_none
+from .network import Link, current, current_or_none, packed
 
 __all__ = ["SimulatedConnection"]
 
@@ -36,14 +36,7 @@ class SimulatedConnection(Connection):
         self._linked()
 
     def _linked(self) -> None:
-        if self.link is not None and self.link.network is not current_or_none():
-            self.link = None  # (an earlier schedule's: that network is gone)
-        if self.link is not None and self.link.process is not current().process_now():
-            # The simulation's processes share the real one's pools: a connection another
-            # process opened is not this one's (its crash cuts it); this one opens its own.
-            self.disconnect()
-        if self.link is None:
-            self.link = current().open(self.host, self.port)
+        self.link = current().link_for(self.link, self.host, self.port)
 
     def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
         self.connect()
@@ -61,11 +54,8 @@ class SimulatedConnection(Connection):
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         self._linked()
         assert self.link is not None
-        data = command if isinstance(command, bytes | bytearray) else b"".join(
-            bytes(part) for part in ([command] if isinstance(command, str) else command)
-        )  # fmt: skip
         try:
-            current().send(self.link, bytes(data))
+            current().send(self.link, packed(command))
         except BaseException:
             self.disconnect()
             raise

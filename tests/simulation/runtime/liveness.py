@@ -55,22 +55,24 @@ class Liveness:
         process = self._process_of(token)
         return process is not None and process.slow_replies > 0
 
+    def _running(self, token: str) -> Any:
+        """The process of ``token`` if it runs now (not crashed, nor paused), else None."""
+        process = self._process_of(token)
+        if process is None or process.crashed or process.paused(self.simulation.now_us):
+            return None
+        return process
+
     def _could_take(self, token: str) -> bool:
         """Whether ``token`` is a live client's that is asking now."""
-        process = self._process_of(token)
-        now = self.simulation.now_us
-        return (
-            process is not None and not process.crashed and not process.paused(now)
-            and process.acquiring
-        )  # fmt: skip
+        process = self._running(token)
+        return process is not None and bool(process.acquiring)
 
     def _abandoned(self, token: str) -> bool:
         """Whether ``token`` is a place in line that its live process no longer asks for,
         with no fault of that process to keep it from stepping out."""
-        process = self._process_of(token)
+        process = self._running(token)
         return (
-            process is not None and not process.crashed
-            and not process.paused(self.simulation.now_us) and not process.acquiring
+            process is not None and not process.acquiring
             and not process.slow_replies and not process.cuts
         )  # fmt: skip
 

@@ -36,7 +36,10 @@ from django_redis_lock.backends.scripts import SERVER_TIME, Script
 from ..server import SCALE, SIMULATED_CLOCK
 from .threads import Crashed, Wait, current_actor
 
-__all__ = ["Link", "Network", "Parked", "current", "current_or_none", "install", "parse_commands"]
+__all__ = [
+    "Link", "Network", "Parked", "current", "current_or_none", "install", "packed",
+    "parse_commands",
+]  # fmt: skip
 
 SCRIPT_NAMES = (
     "take", "take_many", "join", "release", "extend", "extend_many",
@@ -51,6 +54,13 @@ def _micros(seconds: float) -> int:
     """A wait of ``seconds`` in the simulated clock's microseconds: never 0 (real time moves
     on while one waits: a wait that ended at once would loop for ever at one instant)."""
     return max(1, math.ceil(seconds * 1e6))
+
+
+def packed(command: Any) -> bytes:
+    """What ``send_packed_command`` was given, as one write's bytes."""
+    if isinstance(command, bytes | bytearray):
+        return bytes(command)
+    return b"".join(bytes(part) for part in ([command] if isinstance(command, str) else command))
 
 
 def parse_commands(data: bytes) -> list[list[bytes]]:
@@ -131,6 +141,17 @@ class Network:
         link = Link(next(self._numbers), self, self.world.node_at(host, port), process)
         self.links.append(link)
         return link
+
+    def link_for(self, link: Link | None, host: str, port: int) -> Link:
+        """The link a connection that holds ``link`` (None: none yet) is to use now: that one,
+        unless it is an earlier schedule's, or another simulated process's (they share the
+        real process's pools: a connection another process opened is not this one's, and its
+        crash cuts it), then a new one."""
+        if link is not None and link.network is self and link.process is self.process_now():
+            return link
+        if link is not None and link.network is self:
+            self.close(link)
+        return self.open(host, port)
 
     def send(self, link: Link, data: bytes) -> None:
         if link.process is not None and link.process.crashed:

@@ -162,13 +162,11 @@ def _program(sim: Any, process: Any, client: str, role: Role) -> Any:
             if holds is None:
                 continue
             _work(sim, primitive, holds, role)
-            for hold in holds:
-                ledger.releasing(hold)
+            _stop_acting(sim, holds)
             try:
                 primitive.release(**_result(client, role))
             except (LockNotOwned, LockBackendError, Interrupted) as error:
-                sim.trace.add(sim.now_us, client, f"release failed: {error!r}")
-                sim.unreleased.update(hold.token for hold in holds)  # (they run out)
+                _release_failed(sim, client, holds, error)
 
     return run
 
@@ -228,13 +226,11 @@ async def _async_program(sim: Any, process: Any, client: str, role: Role, arriva
         try:
             await _async_work(sim, primitive, holds, role)
         finally:
-            for hold in holds:
-                ledger.releasing(hold)
+            _stop_acting(sim, holds)
             try:
                 await primitive.arelease(**_result(client, role))
             except (LockNotOwned, LockBackendError) as error:
-                sim.trace.add(sim.now_us, client, f"release failed: {error!r}")
-                sim.unreleased.update(hold.token for hold in holds)  # (they run out)
+                _release_failed(sim, client, holds, error)
 
 
 def _held(
@@ -259,6 +255,17 @@ def _held(
     ]  # fmt: skip
     sim.trace.add(sim.now_us, client, "holds " + ", ".join(h.lock for h in holds))
     return holds
+
+
+def _stop_acting(sim: Any, holds: list[Any]) -> None:
+    """The work under ``holds`` is over (then they are released)."""
+    for hold in holds:
+        sim.ledger.releasing(hold)
+
+
+def _release_failed(sim: Any, client: str, holds: list[Any], error: BaseException) -> None:
+    sim.trace.add(sim.now_us, client, f"release failed: {error!r}")
+    sim.unreleased.update(hold.token for hold in holds)  # (they run out)
 
 
 def _acquired(sim: Any, client: str, claim: Any) -> bool:

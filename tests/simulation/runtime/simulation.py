@@ -31,7 +31,7 @@ from ..choices import Choices, SeededChoices
 from ..ledger import Ledger, Violation
 from ..simulation import NO_FAULTS, START_US, Faults, SimulationFailed
 from ..trace import Trace
-from ..world import Stalled, World
+from ..world import Snapshot, Stalled, World, aged, taken
 from .liveness import Liveness
 from .network import Network
 from .processes import SimulatedProcess
@@ -65,8 +65,7 @@ class RuntimeSimulation:
     slow_replies: int = 0
     # Tokens whose release failed (a LockBackendError: the lease runs out by itself).
     unreleased: set[str] = field(default_factory=set)
-    # The servers' data when a "snapshot" fault took it: (when, key -> (dump, ms left)).
-    _snapshot: tuple[int, dict[str, tuple[bytes, int]]] | None = None
+    _snapshot: Snapshot | None = None  # (the last "snapshot" fault's)
 
     def __post_init__(self) -> None:
         self.scheduler = Scheduler(START_US)
@@ -320,10 +319,7 @@ class RuntimeSimulation:
             self.interrupts += 1
             self.trace.add(now, task.get_name(), "CANCELLED where it is suspended")
         elif kind == "snapshot":
-            state = self.ledger.state.keys
-            dumps = self.world.snapshot()
-            kept = {key: (dump, state[key].pttl) for key, dump in dumps.items() if key in state}
-            self._snapshot = (now, kept)
+            self._snapshot = taken(self.world, self.ledger.state, now)
             self.trace.add(now, "", "snapshot")
         else:
             self._restart()
@@ -334,9 +330,7 @@ class RuntimeSimulation:
         replica that missed the writes since does (and on a quorum, its first member)."""
         restored: dict[str, tuple[bytes, int]] | None = None
         if self._snapshot is not None and self.choices.chance(50):
-            taken_us, kept = self._snapshot
-            passed = (self.now_us - taken_us) // 1000
-            restored = {k: (d, ms - passed) for k, (d, ms) in kept.items() if ms - passed > 0}
+            restored = aged(self._snapshot, self.now_us)
         self.disconnections += 1
         self.world.restart(restored)
         for link in self.network.links:
