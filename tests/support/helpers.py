@@ -45,6 +45,15 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def acquire_then_release(primitive: Any) -> bool:
+    """A waiter for a thread of its own that leaves nothing held behind it: a lock left held by
+    an ended thread warns, when the collector finds it, inside whatever test runs then."""
+    acquired = bool(primitive.acquire())
+    if acquired:
+        primitive.release()
+    return acquired
+
+
 def wait_until(predicate, timeout: float = 10.0, what: str = "condition", interval: float = 0.01):
     """Poll ``predicate`` until it returns something true, for at most ``timeout`` seconds;
     returns that value, or fails the test saying ``what`` never happened."""
