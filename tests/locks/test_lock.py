@@ -452,7 +452,8 @@ def test_r2_acquire_always_sets_ttl(redis_client):
             lock.release()
     # No key of ours ever lives without a TTL, the waiters' keys included.
     with Lock("r2", timeout=5, fencing=True):
-        waiter = threading.Thread(target=lambda: acquire_then_release(Lock("r2", timeout=5, wait=math.inf)))
+        successor = Lock("r2", timeout=5, wait=math.inf)
+        waiter = threading.Thread(target=acquire_then_release, args=(successor,))
         waiter.start()
         queue = lease_key("r2") + ":q"
         wait_until(lambda: redis_client.exists(queue), 10, "the waiter to queue")

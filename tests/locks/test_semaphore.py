@@ -112,7 +112,8 @@ def test_a_non_holder_cannot_release(redis_client):
 def test_every_key_expires_while_held_and_queued(redis_client):
     holder = Semaphore("expiring", limit=1, timeout=30)
     assert holder.acquire()
-    waiting = threading.Thread(target=lambda: acquire_then_release(Semaphore("expiring", limit=1, wait=5)))
+    successor = Semaphore("expiring", limit=1, wait=5)
+    waiting = threading.Thread(target=acquire_then_release, args=(successor,))
     waiting.start()
     wait_until(lambda: redis_client.exists(keys_of("expiring").queue), 5, "a waiter queued")
     assert keys_without_ttl(redis_client) == []

@@ -166,6 +166,32 @@ CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
         "        if True:",
         "lock",
     ),
+    # The guards' own code (runtime/guarded.py). A response kept for duplicates is replayed
+    # to a shared identity too (an office's address, a header): one person is shown another's.
+    "a replay reaches a shared identity": (
+        "django_redis_lock.guards.double_submit",
+        "_SubmissionGuard.plan",
+        "            replayable=self.replay and personal,",
+        "            replayable=self.replay,",
+        "guards",
+    ),
+    # Two forms that differ only in their fields share a fingerprint: the order of a pen is
+    # answered with the response to the order of a book.
+    "a fingerprint two forms share": (
+        "django_redis_lock.guards.submissions",
+        "request_fingerprint",
+        "            if name not in _IGNORED_FIELDS\n",
+        "            if False\n",
+        "guards",
+    ),
+    # run_once marks a job done though its run failed: the next delivery never runs it.
+    "run_once marks a failed run done": (
+        "django_redis_lock.guards.run_once",
+        "run_once._finishing",
+        "return lock, (_DONE if exc_type is None else None)",
+        "return lock, _DONE",
+        "guards",
+    ),
     # A cancelled waiter goes without stepping out of the line.
     "a cancelled waiter stays in line": (
         "django_redis_lock.backends.drivers",

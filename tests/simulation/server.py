@@ -75,7 +75,10 @@ local function server_time()
   local close = open and string.find(key, '}}', open + 1, true)
   local tag = ''
   if close and close > open + 1 then tag = string.sub(key, open, close) end
+  -- A name of its own tag (a guard's: hashed) reads the clock of the simulation's tag,
+  -- on one server or a quorum's member (a Cluster's names all have the simulation's tag).
   local micros = tonumber(server.call('GET', '{CLOCK_PREFIX}' .. tag))
+    or tonumber(server.call('GET', '{CLOCK_PREFIX}{{sim}}'))
   return math.floor(micros / 1000), micros
 end"""
 

@@ -32,12 +32,17 @@ from ..simulation import NO_FAULTS, Faults
 from ..world import World
 from .aio import async_twin
 from .connection import SimulatedConnection
+from .guarded import cast_guards
 from .network import install
-from .programs import WORKLOADS, cast
+from .programs import WORKLOADS as PRIMITIVES_WORKLOADS
+from .programs import cast
 from .simulation import RuntimeSimulation
 from .threads import simulated_runtime
 
 __all__ = ["WORKLOADS", "RuntimeSimulation", "run_runtime_schedule"]
+
+# The primitives' workloads (``programs.py``) and the guards' (``guarded.py``).
+WORKLOADS = (*PRIMITIVES_WORKLOADS, "guards")
 
 # Django's settings for a process that runs schedules (when none are configured yet).
 SETTINGS: dict[str, Any] = {
@@ -179,6 +184,9 @@ def run_runtime_schedule(
         # The async clients over the simulated network (twins.twin carries a real
         # connection class over, and refuses any other).
         stack.enter_context(_patched(clients, "twin", async_twin))
-        cast(simulation, workload, choices)
+        if workload == "guards":
+            cast_guards(simulation, choices, asynchronous=world.name != "quorum")
+        else:
+            cast(simulation, workload, choices)
         simulation.run()
     return simulation

@@ -34,7 +34,7 @@ from . import WORKLOADS, run_runtime_schedule
 # no semaphores (quorum mode refuses them) and no asyncio clients here (its async client runs
 # each request in a worker thread, outside the simulation's threads).
 TOPOLOGIES = ("server", "quorum")
-QUORUM_WORKLOADS = ("lock", "fair", "many", "want_result")
+QUORUM_WORKLOADS = ("lock", "fair", "many", "want_result", "guards")
 
 # The suite's share: seeds 0 to SHARE - 1 of each workload, faults on and off, on one
 # server; QUORUM_SHARE of each on a quorum (its waiters poll: longer schedules). ~25 s.
@@ -66,6 +66,9 @@ PLANTED: dict[str, tuple[int, int]] = {
     "an interrupted quorum acquisition keeps what it took": (300, 10),  # 308
     "a join held up on its way keeps what it took": (4070, 20),  # 4084
     "lock_many holds a member reported lost": (2780, 20),  # 2797
+    "a replay reaches a shared identity": (190, 20),  # 204
+    "a fingerprint two forms share": (70, 20),  # 79
+    "run_once marks a failed run done": (330, 20),  # 343
 }
 # Where a planted mutation is looked for, when not on one server.
 TOPOLOGY_OF: dict[str, str] = {"an interrupted quorum acquisition keeps what it took": "quorum"}

@@ -32,6 +32,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_redis_lock.backends import scripts
 from django_redis_lock.backends.scripts import SERVER_TIME, Script
+from django_redis_lock.guards import replays
 
 from ..server import SCALE, SIMULATED_CLOCK
 from .threads import Crashed, Wait, current_actor
@@ -44,6 +45,7 @@ __all__ = [
 SCRIPT_NAMES = (
     "take", "take_many", "join", "release", "extend", "extend_many",
     "permit_acquire", "permit_release", "permit_extend",
+    "charge_replay",  # (the guards': the budgets of kept responses)
 )  # fmt: skip
 
 # Sent by redis-py on a connection of its own accord, answered here (no server step).
@@ -277,7 +279,7 @@ class Network:
             reply = self._raw(node, [b"SCRIPT", b"LOAD", script.source])
             if isinstance(reply, ResponseError):
                 return reply
-            return getattr(scripts, script.name.upper()).sha.encode()
+            return library_script(script.name).sha.encode()
         elif name == b"PEXPIRE":
             args[2] = int(args[2]) * SCALE
         elif name == b"SET":
@@ -313,6 +315,11 @@ class Network:
             return error
 
 
+def library_script(name: str) -> Script:
+    """The library's script ``name``, as it sends it."""
+    return replays.CHARGE if name == "charge_replay" else getattr(scripts, name.upper())
+
+
 def _twins(patch: Any) -> tuple[dict[bytes, Script], dict[bytes, Script]]:
     """The simulated twin of each script the library loaded (by its SHA, by its text): its
     own text with the simulated clock, and ``patch`` applied. Made from the scripts in memory,
@@ -320,7 +327,7 @@ def _twins(patch: Any) -> tuple[dict[bytes, Script], dict[bytes, Script]]:
     by_sha: dict[bytes, Script] = {}
     by_source: dict[bytes, Script] = {}
     for name in SCRIPT_NAMES:
-        real = getattr(scripts, name.upper())
+        real = library_script(name)
         source = real.source.replace(SERVER_TIME.strip(), SIMULATED_CLOCK.strip(), 1)
         assert source != real.source, f"{name}.lua: its clock is not where it was"
         simulated = _simulated(name, source)

@@ -13,7 +13,9 @@ Nothing of the library is restated here: the waits, the renewals, the give-backs
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +35,10 @@ from ..ledger import LockFacts
 from .aio import SimulatedEventLoop
 from .threads import Interrupted
 
-__all__ = ["WORKLOADS", "cast"]
+__all__ = [
+    "ARRIVALS_MS", "RETURN_US", "WORKLOADS", "Role", "async_process", "async_work", "cast", "held",
+    "plan_crash", "release_failed", "stop_acting", "work",
+]  # fmt: skip
 
 WORKLOADS = ("lock", "fair", "semaphore", "many", "want_result", "async")
 PERMITS = 2  # a semaphore's limit (or 1: a line forms more often)
@@ -43,6 +48,8 @@ TAG = "{sim}"  # every name's keys in one hash slot, and the scripts' clock of t
 # clients' steps the schedule puts between them. No slack beyond that: the blocking waits'
 # lengths are exact in simulated time.
 RETURN_US = 100
+# When a client arrives, in ms after the schedule starts: together, just after, in line, late.
+ARRIVALS_MS = (0, 0, 5, 400, 2500)
 
 
 @dataclass(frozen=True)
@@ -87,8 +94,8 @@ def cast(sim: Any, workload: str, choices: Choices) -> None:
             sim.ledger.locks[TAG + names[0]].unfair = True
         process = sim.process()
         name = f"c{index + 1}"
-        arrival = choices.pick((0, 0, 5, 400, 2500))
-        _plan_crash(sim, process, choices, arrival)
+        arrival = choices.pick(ARRIVALS_MS)
+        plan_crash(sim, process, choices, arrival)
         sim.add_client(name, process, _program(sim, process, name, role), arrival)
 
 
@@ -100,14 +107,18 @@ def _cast_async(sim: Any, kind: str, names: tuple[str, ...], choices: Choices, l
         tasks = []
         for _ in range(min(choices.number(1, 2), count - index)):
             index += 1
-            arrival = choices.pick((0, 0, 5, 400, 2500))
+            arrival = choices.pick(ARRIVALS_MS)
             tasks.append((f"c{index}", _role(kind, names, choices, limit), arrival))
-        _plan_crash(sim, process, choices, min(arrival for _, _, arrival in tasks))
+        plan_crash(sim, process, choices, min(arrival for _, _, arrival in tasks))
         loop = "+".join(name for name, _, _ in tasks)
-        sim.add_client(loop, process, _async_process(sim, process, tasks), 0)
+        programs = [
+            (name, functools.partial(_async_program, sim, process, name, role, arrival))
+            for name, role, arrival in tasks
+        ]  # fmt: skip
+        sim.add_client(loop, process, async_process(sim, programs), 0)
 
 
-def _plan_crash(sim: Any, process: Any, choices: Choices, arrival: int) -> None:
+def plan_crash(sim: Any, process: Any, choices: Choices, arrival: int) -> None:
     if choices.chance(20):  # (a crash planned a while after it arrives: often in line)
         process.crash_at_us = sim.now_us + (arrival + choices.pick((5, 300, 1500))) * 1000
 
@@ -158,30 +169,30 @@ def _program(sim: Any, process: Any, client: str, role: Role) -> Any:
                 continue
             finally:
                 process.acquiring -= 1
-            holds = _held(sim, client, primitive, role, acquired, started, losses)
+            holds = held(sim, client, primitive, role, acquired, started, losses)
             if holds is None:
                 continue
-            _work(sim, primitive, holds, role)
-            _stop_acting(sim, holds)
+            work(sim, primitive, holds, role)
+            stop_acting(sim, holds)
             try:
                 primitive.release(**_result(client, role))
             except (LockNotOwned, LockBackendError, Interrupted) as error:
-                _release_failed(sim, client, holds, error)
+                release_failed(sim, client, holds, error)
 
     return run
 
 
-def _async_process(sim: Any, process: Any, clients: list[tuple[str, Role, int]]) -> Any:
-    """One process's event loop (``aio.py``), its clients tasks of it: each as a user's
-    coroutine does it, ``aclaim()`` (``aacquire()``, or the guards' ``want_result``), the
-    work (``asyncio.sleep``), ``arelease()`` in a ``finally`` (a cancellation while it works
+def async_process(
+    sim: Any, programs: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]]
+) -> Any:
+    """One process's event loop (``aio.py``), its clients tasks of it (``programs``: each
+    client's name and what makes its coroutine). A lock's client does as a user's coroutine
+    does: ``aclaim()`` (``aacquire()``, or the guards' ``want_result``), the work
+    (``asyncio.sleep``), ``arelease()`` in a ``finally`` (a cancellation while it works
     releases)."""
 
     async def main(loop: SimulatedEventLoop) -> None:
-        tasks = [
-            loop.create_task(_async_program(sim, process, name, role, arrival), name=name)
-            for name, role, arrival in clients
-        ]  # fmt: skip
+        tasks = [loop.create_task(program(), name=name) for name, program in programs]
         loop.clients.extend(tasks)
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         await aclose_async_redis_clients()
@@ -220,20 +231,20 @@ async def _async_program(sim: Any, process: Any, client: str, role: Role, arriva
             raise
         finally:
             process.acquiring -= 1
-        holds = _held(sim, client, primitive, role, acquired, started, losses)
+        holds = held(sim, client, primitive, role, acquired, started, losses)
         if holds is None:
             continue
         try:
-            await _async_work(sim, primitive, holds, role)
+            await async_work(sim, primitive, holds, role)
         finally:
-            _stop_acting(sim, holds)
+            stop_acting(sim, holds)
             try:
                 await primitive.arelease(**_result(client, role))
             except (LockNotOwned, LockBackendError) as error:
-                _release_failed(sim, client, holds, error)
+                release_failed(sim, client, holds, error)
 
 
-def _held(
+def held(
     sim: Any, client: str, primitive: Any, role: Role, acquired: bool, started: int, losses: int
 ) -> list[Any] | None:
     """What an acquisition that returned ``acquired`` holds, told to the ledger (None: it
@@ -257,13 +268,13 @@ def _held(
     return holds
 
 
-def _stop_acting(sim: Any, holds: list[Any]) -> None:
+def stop_acting(sim: Any, holds: list[Any]) -> None:
     """The work under ``holds`` is over (then they are released)."""
     for hold in holds:
         sim.ledger.releasing(hold)
 
 
-def _release_failed(sim: Any, client: str, holds: list[Any], error: BaseException) -> None:
+def release_failed(sim: Any, client: str, holds: list[Any], error: BaseException) -> None:
     sim.trace.add(sim.now_us, client, f"release failed: {error!r}")
     sim.unreleased.update(hold.token for hold in holds)  # (they run out)
 
@@ -311,14 +322,14 @@ def _until_us(primitive: Any) -> int:
     return 0 if until is None else int(until * 1e6)
 
 
-def _work(sim: Any, primitive: Any, holds: list[Any], role: Role) -> None:
+def work(sim: Any, primitive: Any, holds: list[Any], role: Role) -> None:
     """Act on the resource every sixth of the lease, while the lock says it may."""
     end = sim.now_us + role.work_ms * 1000
     while (pause := _act(sim, primitive, holds, role, end)) is not None:
         time.sleep(pause)
 
 
-async def _async_work(sim: Any, primitive: Any, holds: list[Any], role: Role) -> None:
+async def async_work(sim: Any, primitive: Any, holds: list[Any], role: Role) -> None:
     end = sim.now_us + role.work_ms * 1000
     while (pause := _act(sim, primitive, holds, role, end)) is not None:
         await asyncio.sleep(pause)
