@@ -372,8 +372,11 @@ def _result_instead(plan: AcquirePlan, granted: Acquired) -> Flow:
     answer with the work's result."""
     keys = plan.keys
     assert isinstance(keys, LockKeys)  # (only a lock's work leaves a result)
-    result = yield Command(("GET", keys.result))
+    # Passed on before the result is read: a caller interrupted or cancelled while it reads
+    # leaves nothing held (the release is a clean-up step, carried to its end; a release
+    # never touches the result).
     yield from release(keys, plan.token, granted.next_token, cleanup=True)
+    result = yield Command(("GET", keys.result))
     if result is None:  # expired meanwhile: nothing to answer with but "not acquired"
         return NotAcquired(None, 0)
     return Done(result)
@@ -385,7 +388,11 @@ def _leave(plan: AcquirePlan) -> Flow:
     keys = plan.keys
     try:
         leave_keys, args = keys.join_call(plan, LEAVE, "", 1000)
-        reply = yield Eval(keys.JOIN, leave_keys, args, cleanup=True)
+        # Its reply unread (interrupted again, its time up), a lease it found ours goes back
+        # behind it all the same: a hand-off to a waiter that went, held by nobody otherwise.
+        reply = yield Eval(
+            keys.JOIN, leave_keys, args, cleanup=True, give_back=give_back(keys, plan.token)
+        )
         if int(reply[0]) == 1:
             yield from release(keys, plan.token, "", cleanup=True)
     except Exception:

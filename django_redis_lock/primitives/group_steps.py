@@ -84,6 +84,7 @@ class Members:
         pendings = self.group.prepared(step)
         if pendings:
             alias = pendings[0][1].alias
+            pendings[0][0].before_acquiring()  # (as each member's claim() does: one alias)
             try:
                 taken = run(take_in_order([p.plan for _, p in pendings]), backend_of(alias))
             except RedisError as exc:
@@ -107,6 +108,7 @@ class AsyncMembers(Members):
         pendings = self.group.prepared(step)
         if pendings:
             backend = async_backend_of(pendings[0][1].alias)
+            await pendings[0][0].abefore_acquiring()
 
             async def hold(taken: TakenInOrder) -> None:
                 # Taken as the caller was cancelled: held, so that the group gives them back.

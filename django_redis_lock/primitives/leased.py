@@ -147,11 +147,7 @@ class Leased:
         (``job_id``), only a result that is the job's id counts: a run of the same job that
         finished (the task guards leave it)."""
         book = self._book
-        resolved = book.options()
-        if resolved.on_holder is not None and process_records.recorded.due(resolved.alias):
-            self._write_record(resolved.alias)
-        if eviction.advised.due(resolved.alias):  # this process's first lock there
-            eviction.advise(resolved.alias)  # before it: nothing held meanwhile
+        self.before_acquiring()
         quick = None if want_result else uncontended.take(book, wait)
         if quick is not None:  # the lock may be free: one bare SET, flat
             try:
@@ -172,6 +168,27 @@ class Leased:
         except (RedisError, flows.Unconfirmed) as exc:
             raise self._book.backend_error("acquire", exc, pending.plan.started) from exc
         return self._book.settled(pending, outcome)
+
+    def before_acquiring(self) -> None:
+        """What this process does on the primitive's Redis before an acquisition, when due:
+        writes its record (which the watch for dead holders of the other processes on this
+        machine reads), and gives its advice on eviction (before its first lock there, so
+        nothing is held meanwhile). Public for ``lock_many``, which takes its members in one
+        script without their ``claim()``."""
+        resolved = self._book.options()
+        if resolved.on_holder is not None and process_records.recorded.due(resolved.alias):
+            self._write_record(resolved.alias)
+        if eviction.advised.due(resolved.alias):
+            eviction.advise(resolved.alias)
+
+    async def abefore_acquiring(self) -> None:
+        """:meth:`before_acquiring` for asyncio (the advice on eviction is given in a worker
+        thread, not waited for)."""
+        resolved = self._book.options()
+        if resolved.on_holder is not None and process_records.recorded.due(resolved.alias):
+            await self._awrite_record(resolved.alias)
+        if eviction.advised.due(resolved.alias):
+            eviction.aadvise(resolved.alias)
 
     @staticmethod
     def _write_record(alias: LockAlias) -> None:
@@ -267,11 +284,7 @@ class Leased:
     async def aclaim(self, wait: float | None = None, *, want_result: bool = False) -> Claim:
         """``claim()`` for asyncio."""
         book = self._book
-        resolved = book.options()
-        if resolved.on_holder is not None and process_records.recorded.due(resolved.alias):
-            await self._awrite_record(resolved.alias)
-        if eviction.advised.due(resolved.alias):
-            eviction.aadvise(resolved.alias)  # in a worker thread, not waited for
+        await self.abefore_acquiring()
         quick = None if want_result else uncontended.take(book, wait)
         if quick is not None:
             try:

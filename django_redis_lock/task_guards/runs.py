@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import time
 
 from ..conf import lock_settings
 from ..core.durations import readable
@@ -73,14 +74,12 @@ class GuardedRun:
         """Take the run's key (see the module docstring). ``LockBackendError`` when Redis
         cannot be reached, unless ``DJANGO_REDIS_LOCK_FAIL_OPEN`` lets the run go unguarded."""
         try:
-            verdict = Verdict.RUN
-            if self.lock is not None:
-                verdict = self._judge(self.lock.claim(0, want_result=self.job_id is not None))
-                if verdict is Verdict.ELSEWHERE:
-                    verdict = self._judge(self.lock.claim(self.copy_wait, want_result=True))
+            verdict = self._claimed()
             ending = self._reservation_ending(verdict)
             if ending is not None:
                 reservations.cancel(*ending, using=self.guard.using)
+                if self._lapsed(verdict):
+                    verdict = self._claimed_again()
         except LockBackendError as error:
             return self._unguarded(error)
         except BaseException:
@@ -95,16 +94,12 @@ class GuardedRun:
     async def aenter(self) -> Verdict:
         """:meth:`enter` for asyncio."""
         try:
-            verdict = Verdict.RUN
-            if self.lock is not None:
-                claim = await self.lock.aclaim(0, want_result=self.job_id is not None)
-                verdict = self._judge(claim)
-                if verdict is Verdict.ELSEWHERE:
-                    claim = await self.lock.aclaim(self.copy_wait, want_result=True)
-                    verdict = self._judge(claim)
+            verdict = await self._aclaimed()
             ending = self._reservation_ending(verdict)
             if ending is not None:
                 await reservations.acancel(*ending, using=self.guard.using)
+                if self._lapsed(verdict):
+                    verdict = await self._aclaimed_again()
         except LockBackendError as error:
             return self._unguarded(error)
         except BaseException:
@@ -114,6 +109,46 @@ class GuardedRun:
                     await self.lock.arelease()
             raise
         return verdict
+
+    def _claimed(self) -> Verdict:
+        """Take the run's key: at once, or after another run of this job that died."""
+        if self.lock is None:
+            return Verdict.RUN
+        verdict = self._judge(self.lock.claim(0, want_result=self.job_id is not None))
+        if verdict is Verdict.ELSEWHERE:
+            verdict = self._judge(self.lock.claim(self.copy_wait, want_result=True))
+        return verdict
+
+    async def _aclaimed(self) -> Verdict:
+        if self.lock is None:
+            return Verdict.RUN
+        claim = await self.lock.aclaim(0, want_result=self.job_id is not None)
+        verdict = self._judge(claim)
+        if verdict is Verdict.ELSEWHERE:
+            verdict = self._judge(await self.lock.aclaim(self.copy_wait, want_result=True))
+        return verdict
+
+    def _claimed_again(self) -> Verdict:
+        """:meth:`_claimed`, after the key taken ran out (:meth:`_lapsed`)."""
+        assert self.lock is not None
+        with contextlib.suppress(LockError):
+            self.lock.release()
+        return self._claimed()
+
+    async def _aclaimed_again(self) -> Verdict:
+        assert self.lock is not None
+        with contextlib.suppress(LockError):
+            await self.lock.arelease()
+        return await self._aclaimed()
+
+    def _lapsed(self, verdict: Verdict) -> bool:
+        """Whether the key taken for a run (``RUN``) ran out while the job's reservation was
+        ended (a pause, a slow reply, past a short ``guard_timeout``): then it is asked for
+        again, so that ``RUN`` means what an acquisition means, a lease not over yet."""
+        if verdict is not Verdict.RUN or self.lock is None:
+            return False
+        until = self.lock.held_until
+        return until is None or until <= time.monotonic()
 
     def _judge(self, claim: Claim) -> Verdict:
         if claim.acquired:

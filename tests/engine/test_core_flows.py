@@ -136,6 +136,39 @@ def test_a_lease_handed_to_a_waiter_that_was_leaving_is_passed_on():
         flow.send([0])
 
 
+def test_a_leave_whose_reply_is_not_read_gives_a_lease_handed_meanwhile_back_behind_it():
+    """Interrupted again while its step out of the line waits for the reply, the waiter would
+    never send the release that a "handed to you" reply asks for: the release rides behind
+    the leave, on its connection (found by the runtime simulation)."""
+    clock = Clock()
+    flow = flows.acquire(plan(clock, first="join"))
+    next(flow)
+    leave = flow.throw(KeyboardInterrupt())
+    assert leave.args[3] == flows.LEAVE
+    assert leave.give_back is not None
+    assert leave.give_back.script == "release"
+    assert leave.give_back.args[0] == "tok"  # (ends only a lease that is ours)
+
+
+def test_a_duplicate_handed_the_lock_after_the_work_passes_it_on_before_reading_the_result():
+    """``want_result``: handed the lock with the work done, the waiter passes it on first and
+    reads the result after: interrupted or cancelled while it reads, it holds nothing (found
+    by the runtime simulation: the lock was held by nobody for a hand-off)."""
+    clock = Clock()
+    flow = flows.acquire(plan(clock, first="join", want_result=True))
+    next(flow)
+    release = flow.send(([0, 9000, HOLDER], b"1700000000000001|3000|1|next"))  # done: "1"
+    assert isinstance(release, Eval)
+    assert release.script == "release"
+    assert release.cleanup
+    assert release.args[0] == "tok"
+    read = flow.send([0])  # released (nobody else waits)
+    assert read == Command(("GET", KEYS.result))
+    with pytest.raises(StopIteration) as done:
+        flow.send(b"the result")
+    assert done.value.value == flows.Done(b"the result")
+
+
 def test_an_unreachable_redis_is_not_told_anything_more():
     clock = Clock()
     flow = flows.acquire(plan(clock, first="join", unreachable=lambda error: True))

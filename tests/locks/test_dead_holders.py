@@ -78,6 +78,29 @@ def test_a_killed_holder_on_this_machine_passes_the_lock_on_at_once(redis_url, r
 
 
 @needs_proc
+def test_a_killed_holder_of_a_group_passes_each_lock_on_at_once(redis_url, redis_client):
+    """``lock_many`` takes its members in one script, without their own ``claim()``: it writes
+    the process's record first all the same (found by the runtime simulation: a group taken
+    so was never judged dead, and its locks waited out their leases)."""
+    names = ["group-a", "group-b"]
+    ready = SPAWN.Event()
+    holder = SPAWN.Process(target=workers.hold_group_until_killed, args=(redis_url, names, ready))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        owner = process_of(_token(redis_client, lock_keys(names[0], "default")))
+        assert redis_client.exists(process_key("default", owner or ""))  # its record
+        os.kill(holder.pid, signal.SIGKILL)
+        for name in names:  # (leases of 30 s, renewed: only its death frees them)
+            lock = Lock(name)
+            assert lock.acquire(wait=20)
+            lock.release()
+    finally:
+        holder.kill()
+        holder.join(10)
+
+
+@needs_proc
 def test_a_server_that_stops_answering_holds_up_no_other_servers_deaths(
     redis_url, redis_client, redis_proxy, settings
 ):

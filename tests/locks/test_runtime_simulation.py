@@ -81,12 +81,15 @@ def test_a_code_mutation_is_applied_and_taken_back() -> None:
 def test_every_per_process_object_of_the_library_is_simulated_per_process() -> None:
     """What the library resets in a forked child is what it keeps per process: the runtime
     simulation gives each simulated process its own (``processes.PER_PROCESS``, the watchdog,
-    the identity), or says why one is shared (the watch for dead holders is off: it waits on
-    the OS; the advice on eviction is given once, before the schedule). A new one fails here
-    until the simulation knows it."""
-    simulated = {f"{module.__name__.rsplit('.', 1)[-1]}.{name}" for module, name in PER_PROCESS}
+    the identity, the watch for dead holders), or says why one is shared (the advice on
+    eviction is given once, before the schedule). A new one fails here until the simulation
+    knows it."""
+    simulated = set()
+    for module, name in PER_PROCESS:  # (by its name, or its class's for a self-registered one)
+        stem = module.__name__.rsplit(".", 1)[-1]
+        simulated |= {f"{stem}.{name}", f"{stem}.{type(getattr(module, name)).__name__}"}
     simulated |= {"renewal.Renewer", "owners.new_identity"}
-    shared = {"dead_holders._Deaths", "eviction.advised"}
+    shared = {"eviction.advised"}
     found = set()
     package = pathlib.Path(ROOT, "django_redis_lock", "primitives")
     for path in package.rglob("*.py"):

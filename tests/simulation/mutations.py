@@ -192,6 +192,65 @@ CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
         "return lock, _DONE",
         "guards",
     ),
+    # A duplicate handed the lock after the work was done reads the result before it passes
+    # the lock on: interrupted while it reads, it holds the lease it was handed, by nobody,
+    # for a hand-off (found by this simulation's campaign).
+    "a duplicate reads the result before it passes the lock on": (
+        "django_redis_lock.core.flows",
+        "_result_instead",
+        "    yield from release(keys, plan.token, granted.next_token, cleanup=True)\n"
+        '    result = yield Command(("GET", keys.result))\n',
+        '    result = yield Command(("GET", keys.result))\n'
+        "    yield from release(keys, plan.token, granted.next_token, cleanup=True)\n",
+        "want_result",
+    ),
+    # A leave whose reply is not read (its caller interrupted again) does not give back the
+    # lease it found handed to it (found by this simulation's campaign: held by nobody for
+    # the rest of a hand-off).
+    "a leave interrupted again keeps a lease handed to it": (
+        "django_redis_lock.core.flows",
+        "_leave",
+        "cleanup=True, give_back=give_back(keys, plan.token)",
+        "cleanup=True",
+        "many",
+    ),
+    # The task guards' own code (runtime/queued.py). A run's key that ran out while the
+    # job's reservation was ended (a pause) is used all the same (found by this simulation).
+    "a run uses a key that ran out as its reservation ended": (
+        "django_redis_lock.task_guards.runs",
+        "GuardedRun._lapsed",
+        "        return until is None or until <= time.monotonic()",
+        "        return False",
+        "tasks",
+    ),
+    # A run's end does not leave its job's id: a copy the broker delivers again runs again.
+    "a run's end leaves no job id": (
+        "django_redis_lock.task_guards.runs",
+        "GuardedRun.exit",
+        "                self.lock.release(result=self.job_id.encode(), "
+        "result_ttl=self._done_ttl())",
+        "                self.lock.release()",
+        "tasks",
+    ),
+    # The watch for dead holders (runtime/host.py). lock_many takes its members in one
+    # script without writing this process's record first: its death is never seen (found by
+    # this simulation), and its locks wait out their leases.
+    "a group taken in one script leaves no record": (
+        "django_redis_lock.primitives.group_steps",
+        "Members.perform",
+        "            pendings[0][0].before_acquiring()",
+        "            pass",
+        "many",
+    ),
+    # The watch takes a live holder for dead, and ends its lease under it.
+    "the watch takes a live holder for dead": (
+        "django_redis_lock.primitives.background.dead_holders",
+        "_Deaths._sighted",
+        "            if dead(record, process_records.here(), "
+        "process_records.started(record.pid)):",
+        "            if True:",
+        "lock",
+    ),
     # A cancelled waiter goes without stepping out of the line.
     "a cancelled waiter stays in line": (
         "django_redis_lock.backends.drivers",

@@ -250,6 +250,50 @@ def scraped_metrics_view(redis_url: str, multiproc_dir: str, token: str) -> tupl
     return response.status_code, response.content.decode()
 
 
+def run_paused_between_key_and_reservation(redis_url: str, results: Any) -> None:
+    """A ``GuardedRun`` (``until_and_while_executing``, a run key of 0.2 s, renewed) whose
+    process stops itself (SIGSTOP: its renewals too) as soon as it took the run key, before
+    the job's reservation is ended; the parent continues it later. Puts (the verdict, whether
+    the key held is still within its lease, how many times the key was taken) on ``results``."""
+    import signal
+
+    setup_django(redis_url)
+    from django_redis_lock import lock_acquired
+    from django_redis_lock.task_guards import GuardedRun, TaskGuard, admit
+
+    guard = TaskGuard(
+        "paused", lambda key: None, label="", guard="until_and_while_executing", guard_timeout=0.2
+    )
+    names = guard.names(("k",), {})
+    assert admit(guard, names, "job-1", ttl=60) is None
+    taken: list[str] = []
+
+    def stop(sender: Any, lock: Any, **kwargs: Any) -> None:
+        taken.append(lock.name)
+        if len(taken) == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    lock_acquired.connect(stop, weak=False)
+    run = GuardedRun(guard, names, "job-1")
+    verdict = run.enter()
+    until = run.lock.held_until if run.lock is not None else None
+    in_lease = until is not None and until > time.monotonic()
+    run.exit()
+    results.put((verdict.value, in_lease, len(taken)))
+
+
+def hold_group_until_killed(redis_url: str, names: list[str], ready: Any) -> None:
+    """Hold ``lock_many(names)`` (taken in one script) until killed."""
+    setup_django(redis_url)
+    from django_redis_lock import lock_many
+
+    group = lock_many(names)
+    assert group.acquire(wait=0)
+    ready.set()
+    time.sleep(3600)
+    group.release()
+
+
 def hold_lock_until_killed(redis_url: str, name: str, ready: Any) -> None:
     """Hold lock ``name`` with the default lease (30 s, renewed) until killed."""
     setup_django(redis_url)

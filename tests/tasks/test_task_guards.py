@@ -224,3 +224,39 @@ def test_a_copy_waits_for_its_original_less_than_its_time_limits():
     """A copy stopped by a hard time limit would have its worker free the original's key."""
     assert echo._copy_wait() is None  # no limit: a lease and a second
     assert time_limited._copy_wait() == 2.0
+
+
+def test_a_run_key_that_ran_out_while_the_reservation_ended_is_taken_again(redis_url):
+    """``RUN`` means what an acquisition means: a lease not over yet. A run takes its key,
+    then ends its job's reservation (``until_and_while_executing``: two keys); a worker
+    stopped between the two past the key's lease (its renewals with it) finds the key over
+    when it goes on, and takes it again before it says ``RUN`` (found by the runtime
+    simulation)."""
+    import multiprocessing
+    import os
+    import signal
+    import time
+
+    from tests.support import workers
+    from tests.support.helpers import wait_until
+
+    spawn = multiprocessing.get_context("spawn")
+    results = spawn.Queue()
+    worker = spawn.Process(
+        target=workers.run_paused_between_key_and_reservation, args=(redis_url, results)
+    )
+    worker.start()
+    try:
+        wait_until(lambda: _stopped(worker.pid), 60, "the worker to stop itself")
+        time.sleep(0.5)  # (the stop itself: longer than the key's lease of 0.2 s)
+        os.kill(worker.pid, signal.SIGCONT)
+        verdict, in_lease, taken = results.get(timeout=60)
+    finally:
+        worker.join(10)
+        worker.kill()
+    assert (verdict, in_lease, taken) == ("run", True, 2)  # taken, and taken again
+
+
+def _stopped(pid):
+    with open(f"/proc/{pid}/status") as status:
+        return "\nState:\tT" in status.read()

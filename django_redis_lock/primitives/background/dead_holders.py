@@ -74,10 +74,11 @@ class _Process:
 
 class _Deaths:
     def __init__(self) -> None:
-        self._reset()
-        os.register_at_fork(after_in_child=self._reset)
+        self.clear()
+        os.register_at_fork(after_in_child=self.clear)
 
-    def _reset(self) -> None:
+    def clear(self) -> None:
+        """Forget every sighting and watch, with no thread yet (a forked child's start)."""
         self._lock = threading.Lock()
         # Sightings the thread has not taken yet: (owner, lease key) -> (alias, keys).
         self._new: dict[tuple[str, str], tuple[LockAlias, KeyLayout]] = {}

@@ -25,7 +25,7 @@ from django_redis import get_redis_connection
 
 from django_redis_lock.backends import clients
 from django_redis_lock.primitives import eviction, owners
-from django_redis_lock.primitives.background import process_records
+from django_redis_lock.primitives.background import dead_holders, process_records
 
 from ..choices import Choices
 from ..simulation import NO_FAULTS, Faults
@@ -36,13 +36,15 @@ from .guarded import cast_guards
 from .network import install
 from .programs import WORKLOADS as PRIMITIVES_WORKLOADS
 from .programs import cast
+from .queued import cast_tasks
 from .simulation import RuntimeSimulation
 from .threads import simulated_runtime
 
 __all__ = ["WORKLOADS", "RuntimeSimulation", "run_runtime_schedule"]
 
-# The primitives' workloads (``programs.py``) and the guards' (``guarded.py``).
-WORKLOADS = (*PRIMITIVES_WORKLOADS, "guards")
+# The primitives' workloads (``programs.py``), the guards' (``guarded.py``) and the task
+# guards' (``queued.py``).
+WORKLOADS = (*PRIMITIVES_WORKLOADS, "guards", "tasks")
 
 # Django's settings for a process that runs schedules (when none are configured yet).
 SETTINGS: dict[str, Any] = {
@@ -178,14 +180,19 @@ def run_runtime_schedule(
         stack.enter_context(_patched(owners, "secrets", seeded))
         install(simulation.network)
         stack.callback(install, None)
-        # Each simulated process runs nowhere a pid can be looked up: no watch for dead
-        # holders (its thread waits on the OS; a later step simulates it).
-        stack.enter_context(_patched(process_records, "here", lambda: None))
+        # The watch for dead holders on the simulated host: its processes' pids, start times,
+        # pidfds and wake-up pipes (host.py).
+        host = simulation.host
+        stack.enter_context(_patched(process_records, "started", host.started))
+        stack.enter_context(_patched(dead_holders, "os", host.os_module()))
+        stack.enter_context(_patched(dead_holders, "selectors", host.selectors_module()))
         # The async clients over the simulated network (twins.twin carries a real
         # connection class over, and refuses any other).
         stack.enter_context(_patched(clients, "twin", async_twin))
         if workload == "guards":
             cast_guards(simulation, choices, asynchronous=world.name != "quorum")
+        elif workload == "tasks":
+            cast_tasks(simulation, choices, asynchronous=world.name != "quorum")
         else:
             cast(simulation, workload, choices)
         simulation.run()

@@ -22,10 +22,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory
 
@@ -66,8 +66,9 @@ JOBS = ("j1", "j2")
 PATH = "/order/"
 
 # The lock each thread or task of the schedule took last (the ``lock_acquired`` signal's), for
-# the body it runs next: the guard keeps its lock to itself.
-_acquired: dict[Any, Any] = {}
+# the body it runs next: the guard keeps its lock to itself. Weakly: the guard holds it while
+# the body runs, and a lock is not kept alive by being seen here.
+_acquired: dict[Any, weakref.ref[Any]] = {}
 
 
 def _holder() -> Any:
@@ -77,9 +78,8 @@ def _holder() -> Any:
         return threading.get_ident()
 
 
-@receiver(lock_acquired, dispatch_uid="simulation-guards")
 def _remember(sender: Any, lock: Any, **kwargs: Any) -> None:
-    _acquired[_holder()] = lock
+    _acquired[_holder()] = weakref.ref(lock)
 
 
 class _Guards:
@@ -111,6 +111,8 @@ class _Guards:
         self.async_view = self._guarded_view(asynchronous=True)
         self.async_job = run_once("job:{job}", ttl=self.ttl, wait=self.wait)(self._async_job_body)
         _acquired.clear()
+        # (Connected by the first schedule of the guards, in a process that runs schedules.)
+        lock_acquired.connect(_remember, weak=False, dispatch_uid="simulation-guards")
         for name in self._lock_names():
             keys = lock_keys(name, sim.alias)
             sim.ledger.lock(name, LockFacts(1, keys.lease, keys.queue, keys.waiters, keys.result))
@@ -170,7 +172,7 @@ class _Guards:
 
     def _begin(self, client: str) -> tuple[tuple[list[Any], Any], str]:
         """The body starts: it holds the lock its guard took (told to the ledger)."""
-        lock = _acquired.pop(_holder())
+        lock = _acquired.pop(_holder())()
         self.processes[client].acquiring = 0  # (it holds: no longer asks)
         started, losses = self.sim.now_us, self.sim.ledger.losses
         role = Role(**{**self.role.__dict__, "names": (lock.name,)})

@@ -14,6 +14,12 @@
   sent as the waiter goes, and arrives before time moves on, unless a fault of that process
   explains it (a crash, a pause, a cut connection, a reply held back). Otherwise its place
   would keep the live waiters behind it out for a liveness window, as a dead process's does.
+- **A dead holder is replaced**: a lock held by a crashed process while the first waiter in
+  line is a live client asking for it is a violation once that lasts :data:`DEAD_BOUND_US`,
+  on one server with no fault but crashes (the watch for dead holders, ``host.py``, of the
+  waiter's process ends the lease). The bound: the waiter's join saw the holder (then the
+  watch has its pidfd, readable at the crash) or it asks again within one block and sees it
+  then; the watch's round trips after that are steps, not time.
 - **Nothing held by nobody**: when every client has ended, no lease, permit or place in line of
   ours is left, unless a fault that cut a connection (a crash, a cut, a restart) explains it.
   A lease whose release failed runs out by itself (documented). After a slow reply, at most
@@ -25,17 +31,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from django_redis_lock.core.dead_holders import process_of
 from django_redis_lock.core.flows import BLOCK_CAP, HANDOFF_MS, LIVENESS_SLACK
 
 from ..ledger import ROUNDING_US
 
-__all__ = ["BOUND_US", "LEAVE_BOUND_US", "Liveness"]
+__all__ = ["BOUND_US", "DEAD_BOUND_US", "LEAVE_BOUND_US", "Liveness"]
 
 BOUND_US = round(BLOCK_CAP * 1e6) + ROUNDING_US
 WINDOW_MS = round((BLOCK_CAP + LIVENESS_SLACK) * 1000)  # one liveness window
 # A leave arrives before time moves on (time moves only when nothing else can happen): the
 # bound is the simulated microseconds its steps take, with room to spare.
 LEAVE_BOUND_US = 100_000
+DEAD_BOUND_US = BOUND_US + LEAVE_BOUND_US
 
 
 class Liveness:
@@ -43,12 +51,13 @@ class Liveness:
         self.simulation = simulation
         self.idle_since: dict[str, int] = {}
         self.abandoned_since: dict[tuple[str, str], int] = {}
+        self.dead_held_since: dict[str, int] = {}
 
     def _process_of(self, token: str) -> Any:
-        for process in self.simulation.processes:
-            if token.startswith(process.process_id):
-                return process
-        return None
+        """The simulated process that made ``token`` (a job's hold's too), or None (a job's
+        reservation: no process holds it)."""
+        owner = process_of(token)
+        return next((p for p in self.simulation.processes if p.process_id == owner), None)
 
     def _slow(self, token: str) -> bool:
         """Whether the process of ``token`` had a reply held back past its timeouts."""
@@ -99,6 +108,27 @@ class Liveness:
             else:
                 self.idle_since.pop(name, None)
             self._check_abandoned(name, facts, state, free, first)
+            if isinstance(value, str) or value is None:  # (a lock's, not a semaphore's)
+                self._check_dead_holder(name, value, first)
+
+    def _check_dead_holder(self, name: str, value: Any, first: str | None) -> None:
+        """A lock held by a crashed process, a live waiter first in line (:data:`DEAD_BOUND_US`,
+        with no fault but crashes, where the watch runs: not on a quorum)."""
+        simulation = self.simulation
+        holder = None if value is None else self._process_of(value.split("|", 1)[0])
+        if (
+            holder is None or not holder.crashed or first is None or not self._could_take(first)
+            or simulation.ledger.faults != simulation.crashes or simulation.world.name == "quorum"
+        ):  # fmt: skip
+            self.dead_held_since.pop(name, None)
+            return
+        since = self.dead_held_since.setdefault(name, simulation.now_us)
+        if simulation.now_us - since > DEAD_BOUND_US:
+            simulation.ledger.fail(
+                f"{name!r} was held by {holder}, which crashed, for "
+                f"{(simulation.now_us - since) / 1000:.3f} ms while {first}, a live waiter "
+                "first in line, asked for it: the watch for dead holders did not end its lease"
+            )
 
     def _check_abandoned(
         self, name: str, facts: Any, state: Any, free: bool, first: str | None
@@ -113,7 +143,11 @@ class Liveness:
             holders = [token for token, ends in value.items() if int(ends) > now // 1000]
         else:
             holders = [] if value is None else [value.split("|", 1)[0]]
-        left = [token for token in holders if token not in known and self._abandoned(token)]
+        runs_out = self.simulation.runs_out
+        left = [
+            token for token in holders
+            if token not in known and self._abandoned(token) and not runs_out(token)
+        ]  # fmt: skip
         if free and first is not None and self._abandoned(first):
             left.append(first)
         for token in left:
@@ -146,8 +180,10 @@ class Liveness:
                 else:
                     token, left_ms = key.value.split("|", 1)[0], key.pttl
                 slow = self._slow(token)
-                if token in self.simulation.unreleased:
-                    continue  # its release failed: it runs out, as documented
+                if self.simulation.runs_out(token):
+                    continue  # its release failed (or its task's run): it runs out, as documented
+                if process_of(token) is None:
+                    continue  # a job's reservation: a call that never ran keeps it, queued
                 if left_ms > 0 and not (slow and left_ms <= HANDOFF_MS):
                     ledger.fail(f"every client ended, and a lease of {name!r} is left for "
                                 f"{left_ms} ms: {key.value!r}")  # fmt: skip

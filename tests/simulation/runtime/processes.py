@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_redis_lock.primitives import own_tokens, owners, reentrancy, strays
-from django_redis_lock.primitives.background import process_records, renewal
+from django_redis_lock.primitives.background import dead_holders, process_records, renewal
 
 __all__ = ["PER_PROCESS", "SimulatedProcess"]
 
@@ -26,13 +26,26 @@ PER_PROCESS: tuple[tuple[Any, str], ...] = (
     (own_tokens, "own_tokens"),
     (reentrancy, "reentrant_holds"),
     (process_records, "recorded"),
+    (dead_holders, "dead_holder_watch"),  # (its thread an actor of the process: host.py)
 )
+
+
+def _fresh(kept: Any) -> dict[str, Any]:
+    """A fresh state of the per-process object ``kept``: what a forked child starts with
+    (``clear()``, the library's at-fork reset, where it has one; else a new instance)."""
+    if hasattr(kept, "clear") and not isinstance(kept, dict):
+        fresh = object.__new__(type(kept))
+        fresh.clear()
+        return vars(fresh)
+    return vars(type(kept)())
 
 
 @dataclass(eq=False)
 class SimulatedProcess:
     name: str
     clock: Any
+    pid: int = 0  # on the simulated host (host.py)
+    started_us: int = 0  # when it started: what the host tells of it while it runs
     crashed: bool = False
     paused_until_us: int = 0
     states: list[dict[str, Any]] = field(default_factory=list)
@@ -46,7 +59,7 @@ class SimulatedProcess:
     def __post_init__(self) -> None:
         owners.new_identity()  # (its random bytes: the simulation's seeded ones)
         self.process_id = owners.process_id
-        self.states = [vars(type(getattr(module, name))()) for module, name in PER_PROCESS]
+        self.states = [_fresh(getattr(module, name)) for module, name in PER_PROCESS]
         self.renewer = renewal.Renewer(self.clock, at_fork=False)
 
     def enter(self) -> None:
@@ -55,6 +68,7 @@ class SimulatedProcess:
             getattr(module, name).__dict__ = state
         renewal.renewer = self.renewer
         owners.process_id = self.process_id
+        owners.pid = self.pid
 
     def paused(self, now_us: int) -> bool:
         return self.paused_until_us > now_us

@@ -245,10 +245,12 @@ async def _async_program(sim: Any, process: Any, client: str, role: Role, arriva
 
 
 def held(
-    sim: Any, client: str, primitive: Any, role: Role, acquired: bool, started: int, losses: int
-) -> list[Any] | None:
+    sim: Any, client: str, primitive: Any, role: Role, acquired: bool, started: int, losses: int,
+    *, job: str = "",
+) -> list[Any] | None:  # fmt: skip
     """What an acquisition that returned ``acquired`` holds, told to the ledger (None: it
-    holds nothing); each check of its return on the way."""
+    holds nothing); each check of its return on the way. ``job``: a task's run, whose job's
+    id is the result it leaves (the ledger: not run again while that is kept)."""
     ledger = sim.ledger
     if sim.ledger.faults == 0 and sim.now_us > started + role.wait_ms * 1000 + RETURN_US:
         ledger.fail(f"{client}'s acquisition returned "
@@ -261,7 +263,7 @@ def held(
     holds = [
         ledger.granted(client, name, _token(lock), getattr(lock, "fencing_token", 0) or 0,
                        _until_us(primitive), fenced=role.fencing, losses=losses,
-                       want_result=role.want_result)
+                       want_result=role.want_result, job=job)
         for name, lock in _members(primitive, role)
     ]  # fmt: skip
     sim.trace.add(sim.now_us, client, "holds " + ", ".join(h.lock for h in holds))

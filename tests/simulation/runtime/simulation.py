@@ -11,14 +11,14 @@ One step is one of:
   its own); the observation that follows pops for the parked ``BLPOP``s, ends those whose time
   is up, and checks the invariants (``../ledger.py``);
 - time moves, when nothing else can happen, to when the first thing happens by itself;
-- a fault (with faults on, in the first ``fault_steps`` steps): a connection cut (what it had
-  not delivered lost, and the reply it waits for), its requests held back on the way (they
-  arrive, in order, that much later), a reply slowed past its reader's timeout
+- a fault (with faults on, in the first ``fault_steps`` steps; ``faults.py``): a connection
+  cut (what it had not delivered lost, and the reply it waits for), its requests held back on
+  the way (they arrive, in order, that much later), a reply slowed past its reader's timeout
   (the library then sends its give-back after it), a process crashed (all its threads, its
   connections and its watchdog) or paused, a sync caller interrupted where it blocked
-  (``KeyboardInterrupt``), an asyncio client's task cancelled where it is suspended
-  (``aio.py``), or the server restarted empty or from a snapshot taken earlier (a failover to
-  a replica that missed the writes since).
+  (``KeyboardInterrupt``; and again as it cleans up), an asyncio client's task cancelled
+  where it is suspended (``aio.py``), or the server restarted empty or from a snapshot taken
+  earlier (a failover to a replica that missed the writes since).
 """
 
 from __future__ import annotations
@@ -27,11 +27,15 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from django_redis_lock.core.lease import job_of
+
 from ..choices import Choices, SeededChoices
 from ..ledger import Ledger, Violation
 from ..simulation import NO_FAULTS, START_US, Faults, SimulationFailed
 from ..trace import Trace
-from ..world import Snapshot, Stalled, World, aged, taken
+from ..world import Stalled, World
+from .faults import FaultInjection
+from .host import SimulatedHost
 from .liveness import Liveness
 from .network import Network
 from .processes import SimulatedProcess
@@ -63,16 +67,26 @@ class RuntimeSimulation:
     # a restart); the others (a slow reply, a pause, an interrupt) must leave nothing.
     disconnections: int = 0
     slow_replies: int = 0
+    crashes: int = 0  # (of the faults: liveness.py's dead-holder bound holds after these only)
     # Tokens whose release failed (a LockBackendError: the lease runs out by itself).
     unreleased: set[str] = field(default_factory=set)
-    _snapshot: Snapshot | None = None  # (the last "snapshot" fault's)
+    # Jobs a run of which was interrupted, or failed, as it took its key (``queued.py``): what
+    # it took is the job's until its lease ends (a run that died; a copy takes over after it).
+    unreleased_jobs: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.scheduler = Scheduler(START_US)
         self.network = Network(self.world, self.scheduler, self.patch)
+        self.host = SimulatedHost(self.scheduler, self.processes)
+        self.injected = FaultInjection(self)
         self.ledger.now_us = START_US
         self.liveness = Liveness(self)
         self._ttl_ms = START_US // 1000
+
+    def runs_out(self, token: str) -> bool:
+        """Whether the lease of ``token`` is documented to be left to run out by itself."""
+        job = job_of(token)
+        return token in self.unreleased or (job is not None and job in self.unreleased_jobs)
 
     @property
     def now_us(self) -> int:
@@ -84,7 +98,11 @@ class RuntimeSimulation:
     # -- the cast (programs.py) ------------------------------------------------------------------
 
     def process(self) -> SimulatedProcess:
-        process = SimulatedProcess(f"p{len(self.processes) + 1}", self.scheduler.monotonic)
+        index = len(self.processes)
+        process = SimulatedProcess(
+            f"p{index + 1}", self.scheduler.monotonic, pid=self.host.pid_for(index),
+            started_us=self.now_us,
+        )  # fmt: skip
         self.processes.append(process)
         return process
 
@@ -106,7 +124,7 @@ class RuntimeSimulation:
             node.client.script_flush()
         expired = self.world.expirations()
         try:
-            self._observe()
+            self.observe()
             while not all(c.done or c.process.crashed for c in self.clients):
                 if self.steps >= MAX_STEPS:
                     raise Violation(self.steps, "the schedule never ended: " + self._left())
@@ -117,7 +135,7 @@ class RuntimeSimulation:
             while self.network.deliverable() or self.network.late():
                 links = self.network.deliverable()
                 if links:
-                    self._deliver(links[0])
+                    self.deliver(links[0])
                 else:
                     self._advance(min(link.late_until_us for link in self.network.late()))
             self.liveness.at_end()
@@ -135,9 +153,9 @@ class RuntimeSimulation:
             if process.crash_at_us is not None and process.crash_at_us <= now:
                 process.crash_at_us = None
                 if self.faults.on and not process.crashed:
-                    self._crash(process)
+                    self.injected.crash(process)
                     return
-        if faulty and self.choices.chance(self.faults.percent) and self._fault():
+        if faulty and self.choices.chance(self.faults.percent) and self.injected.fault():
             return
         ready: list[Any] = [
             actor for actor in self.scheduler.actors
@@ -145,7 +163,7 @@ class RuntimeSimulation:
         ]  # fmt: skip
         links = self.network.deliverable()
         if faulty and links and self.choices.chance(self.faults.request_percent):
-            self._request_fault(self.choices.pick(links))
+            self.injected.request_fault(self.choices.pick(links))
             return
         options = ready + links
         if not options:
@@ -155,26 +173,27 @@ class RuntimeSimulation:
         if isinstance(chosen, Actor):
             self._resume(chosen)
         else:
-            self._deliver(chosen)
+            self.deliver(chosen)
 
     def _resume(self, actor: Actor) -> None:
         actor.process.enter()
         self.scheduler.process = actor.process
         actor.resume()
         self.trace.add(self.now_us, actor.name, "runs", _waits(actor))
+        self.injected.resumed(actor)
         if actor.done and actor.error is not None and actor in self.clients:
             error = actor.error
             if not isinstance(error, Crashed | Interrupted):
                 raise Violation(self.steps, f"{actor.name} raised {error!r}") from error
 
-    def _deliver(self, link: Any) -> None:
+    def deliver(self, link: Any) -> None:
         replies = len(link.replies)
         packet = self.network.deliver(link)
         self.scheduler.now_us += 1
         new = list(link.replies)[replies:] + (["(parked)"] if link.parked else [])
         self.trace.add(self.now_us, str(link.process), "; ".join(map(_command, packet)),
                        "; ".join(_short(reply) for reply in new))  # fmt: skip
-        self._observe()
+        self.observe()
 
     def _advance(self, to_us: int | None = None) -> None:
         """Move time to when the first thing happens by itself (or ``to_us``)."""
@@ -200,9 +219,9 @@ class RuntimeSimulation:
             to_us = max(min(times), self.now_us + 1)
         self.trace.add(self.now_us, "", f"time +{(to_us - self.now_us) / 1000:.3f} ms")
         self.scheduler.now_us = to_us
-        self._observe()
+        self.observe()
 
-    def _observe(self) -> None:
+    def observe(self) -> None:
         parked = self.network.parked()
         moved = self.now_us // 1000 - self._ttl_ms
         self._ttl_ms = self.now_us // 1000
@@ -232,128 +251,6 @@ class RuntimeSimulation:
             for actor in self.scheduler.actors
             if not actor.done and not actor.process.crashed
         )  # fmt: skip
-
-    # -- faults --------------------------------------------------------------------------------
-
-    def _request_fault(self, link: Any) -> None:
-        self.ledger.faults += 1
-        kind = self.choices.pick(("lost before", "lost after", "slow", "late"))
-        if kind == "lost after":
-            self._deliver(link)
-        if kind == "late":  # (what it sent, and will send, arrives that much later: TCP order)
-            self.slow_replies += 1
-            link.process.slow_replies += 1
-            link.late_until_us = self.now_us + self.choices.pick((300, 2000, 8000)) * 1000
-            self.trace.add(self.now_us, str(link.process), f"{link}'s requests are LATE")
-            return
-        if kind == "slow":
-            self.slow_replies += 1
-            link.process.slow_replies += 1
-            self._deliver(link)
-            link.slow_until_us = self.now_us + self.choices.pick((300, 2000, 8000)) * 1000
-            self.trace.add(self.now_us, str(link.process), f"{link}'s reply is SLOW")
-            return
-        self.network.cut(link)
-        self.disconnections += 1
-        link.process.cuts += 1
-        self.trace.add(self.now_us, str(link.process), f"{link} CUT, {kind}")
-
-    def _fault(self) -> bool:
-        now = self.now_us
-        alive = [p for p in self.processes if not p.crashed]
-        blocked_readers = [
-            actor for actor in self.clients
-            if not actor.done and actor.wait is not None and actor.wait.link is not None
-            and not actor.process.crashed
-        ]  # fmt: skip
-        cancellable = [
-            (actor, task) for actor in self.clients
-            if not actor.done and actor.wait is not None and actor.wait.loop is not None
-            and not actor.process.crashed
-            for task in actor.wait.loop.clients if not task.done()
-        ]  # fmt: skip
-        kinds = ["crash", "pause", "restart", "snapshot"] if alive else ["restart", "snapshot"]
-        if blocked_readers:
-            kinds.append("interrupt")
-        if cancellable:
-            kinds.append("cancel")
-        if not self.faults.restarts or not self.world.restartable():
-            kinds.remove("restart")
-            kinds.remove("snapshot")
-        if not kinds:
-            return False
-        kind = self.choices.pick(kinds)
-        # (An interrupt or a cancellation is no fault of the world: the ledger's checks that
-        # faults switch off stay on, and nothing may be left behind.)
-        self.ledger.faults += kind in ("pause", "restart")
-        if kind == "crash":
-            waiting = [p for p in alive if p.acquiring]
-            # (Half of them in line: a dead waiter is what the queue must get past.)
-            process = self.choices.pick(waiting if waiting and self.choices.chance(50) else alive)
-            self._crash(process)
-        elif kind == "pause":
-            process = self.choices.pick(alive)
-            ms = self.choices.pick((50, 500, 1000, 1500, 3000, 6000, 10_000))
-            process.paused_until_us = now + ms * 1000
-            self.trace.add(now, str(process), f"PAUSES for {ms} ms")
-        elif kind == "interrupt":
-            # (Half of them while the request is still on its way: what it sent arrives after
-            # whatever the interrupted call sends next, on another connection.)
-            in_flight = [a for a in blocked_readers if a.wait and a.wait.link.outbound]
-            pool = in_flight if in_flight and self.choices.chance(50) else blocked_readers
-            actor = self.choices.pick(pool)
-            actor.throw = Interrupted("simulated: interrupted")
-            self.interrupts += 1
-            self.trace.add(now, actor.name, "INTERRUPTED where it waits for a reply")
-        elif kind == "cancel":
-            # (Half of them in a loop with a request still on its way.)
-            in_flight = [
-                (actor, task) for actor, task in cancellable
-                if any(link.outbound for link in actor.wait.loop.readers)
-            ]  # fmt: skip
-            actor, task = self.choices.pick(
-                in_flight if in_flight and self.choices.chance(50) else cancellable
-            )
-            actor.wait.loop.cancel(task)
-            actor.wait.notified = True
-            self.interrupts += 1
-            self.trace.add(now, task.get_name(), "CANCELLED where it is suspended")
-        elif kind == "snapshot":
-            self._snapshot = taken(self.world, self.ledger.state, now)
-            self.trace.add(now, "", "snapshot")
-        else:
-            self._restart()
-        return True
-
-    def _restart(self) -> None:
-        """Redis restarts empty, or from the snapshot taken earlier: what a failover to a
-        replica that missed the writes since does (and on a quorum, its first member)."""
-        restored: dict[str, tuple[bytes, int]] | None = None
-        if self._snapshot is not None and self.choices.chance(50):
-            restored = aged(self._snapshot, self.now_us)
-        self.disconnections += 1
-        self.world.restart(restored)
-        for link in self.network.links:
-            self.network.cut(link)
-        for process in self.processes:
-            process.cuts += 1
-        self.ledger.data_lost()
-        what = "RESTART of Redis, empty"
-        if restored is not None:
-            what = "FAILOVER to a replica that missed the writes since the snapshot"
-        self.trace.add(self.now_us, "", what)
-        self.scheduler.now_us += 1
-        self._observe()
-
-    def _crash(self, process: SimulatedProcess) -> None:
-        """``process`` dies: its threads stop where they are, its connections are cut."""
-        process.crashed = True
-        self.ledger.faults += 1
-        self.disconnections += 1
-        for link in self.network.links:
-            if link.process is process:
-                self.network.cut(link)
-        self.trace.add(self.now_us, str(process), "CRASHES")
 
     # -- the end ---------------------------------------------------------------------------------
 
