@@ -105,6 +105,16 @@ class _Broker:
 
     # -- a delivery ------------------------------------------------------------------------------
 
+    def delivery(self, call: _Call) -> tuple[GuardedRun, int, int]:
+        """A delivery of ``call`` begins (which ends its reservation, if any): its run, when
+        it began, and the ledger's data losses then."""
+        call.started = True
+        return (
+            GuardedRun(self.guard, call.names, call.job),
+            self.sim.now_us,
+            self.sim.ledger.losses,
+        )
+
     def ran(self, client: str, call: _Call, run: GuardedRun, verdict: Verdict) -> None:
         sim = self.sim
         sim.trace.add(sim.now_us, client, f"{call.job}: {verdict.value}")
@@ -198,9 +208,7 @@ def _thread_run(broker: _Broker, process: Any, client: str, call: _Call) -> None
         time.sleep(POLL_S)
     if not call.queued:
         return
-    run = GuardedRun(broker.guard, call.names, call.job)
-    started, losses = sim.now_us, sim.ledger.losses
-    call.started = True
+    run, started, losses = broker.delivery(call)
     process.acquiring += 1
     try:
         verdict = run.enter()
@@ -236,9 +244,7 @@ async def _task_run(
         await asyncio.sleep(POLL_S)
     if not call.queued:
         return
-    run = GuardedRun(broker.guard, call.names, call.job)
-    started, losses = sim.now_us, sim.ledger.losses
-    call.started = True
+    run, started, losses = broker.delivery(call)
     process.acquiring += 1
     try:
         verdict = await run.aenter()
