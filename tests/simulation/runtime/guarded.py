@@ -24,6 +24,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -175,7 +176,7 @@ class _Guards:
         lock = _acquired.pop(_holder())()
         self.processes[client].acquiring = 0  # (it holds: no longer asks)
         started, losses = self.sim.now_us, self.sim.ledger.losses
-        role = Role(**{**self.role.__dict__, "names": (lock.name,)})
+        role = replace(self.role, names=(lock.name,))
         holds = held(self.sim, client, lock, role, True, started, losses)
         assert holds is not None
         return (holds, lock), client

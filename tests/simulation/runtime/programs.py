@@ -16,7 +16,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django_redis_lock import (
@@ -90,7 +90,7 @@ def cast(sim: Any, workload: str, choices: Choices) -> None:
     for index in range(choices.number(2, 4)):
         role = _role(workload, names, choices, limit)
         if workload == "lock" and index in (1, 3):
-            role = Role(**{**role.__dict__, "fair": False})
+            role = replace(role, fair=False)
             sim.ledger.locks[TAG + names[0]].unfair = True
         process = sim.process()
         name = f"c{index + 1}"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django_redis_lock import LockBackendError
@@ -115,7 +115,13 @@ class _Broker:
             self.sim.ledger.losses,
         )
 
-    def ran(self, client: str, call: _Call, run: GuardedRun, verdict: Verdict) -> None:
+    def entered(
+        self, client: str, call: _Call, run: GuardedRun, verdict: Verdict, started: int,
+        losses: int,
+    ) -> list[Any] | None:  # fmt: skip
+        """``run.enter()`` said ``verdict``: checked, and what the run's body holds, told to
+        the ledger (empty: a mode with no run lock, whose runs may overlap), or None: it does
+        not run (what it does instead told to the world, as the integrations tell it)."""
         sim = self.sim
         sim.trace.add(sim.now_us, client, f"{call.job}: {verdict.value}")
         if verdict is Verdict.FINISHED and not call.finished:
@@ -125,22 +131,17 @@ class _Broker:
         if verdict is not Verdict.RUN:
             action = run.refused(verdict, sender=GuardedRun)
             sim.trace.add(sim.now_us, client, f"{call.job}: {action}")
-
-    def begin(self, client: str, call: _Call, run: GuardedRun, started: int, losses: int) -> Any:
-        """The run's body starts: what it holds, told to the ledger (None: a mode with no run
-        lock, whose runs may overlap)."""
-        lock = run.lock
-        if lock is None:
             return None
-        role = Role(**{**self.role.__dict__, "names": (lock.name,)})
-        holds = held(self.sim, client, lock, role, True, started, losses, job=call.job)
+        if run.lock is None:
+            return []
+        role = replace(self.role, names=(run.lock.name,))
+        holds = held(sim, client, run.lock, role, True, started, losses, job=call.job)
         assert holds is not None
         return holds
 
-    def end(self, holds: Any, call: _Call) -> None:
+    def end(self, holds: list[Any], call: _Call) -> None:
         """The run's body is over (then its key is released, the job's id left)."""
-        if holds is not None:
-            stop_acting(self.sim, holds)
+        stop_acting(self.sim, holds)
         call.finished = True
 
     def failed(self, client: str, error: BaseException, call: _Call | None = None) -> None:
@@ -172,7 +173,7 @@ def cast_tasks(sim: Any, choices: Choices, *, asynchronous: bool = True) -> None
         key = choices.pick(KEYS)
         call = _Call(f"j{index + 1}", key, guard.names((), {"key": key}))
         broker.calls.append(call)
-        for name in filter(None, {call.names.queue, call.names.run}):
+        for name in dict.fromkeys(n for n in (call.names.queue, call.names.run) if n):
             if name not in sim.ledger.locks:
                 keys = lock_keys(name, sim.alias)
                 facts = LockFacts(1, keys.lease, keys.queue, keys.waiters, keys.result)
@@ -217,12 +218,11 @@ def _thread_run(broker: _Broker, process: Any, client: str, call: _Call) -> None
         return
     finally:
         process.acquiring -= 1
-    broker.ran(client, call, run, verdict)
-    if verdict is not Verdict.RUN:
+    holds = broker.entered(client, call, run, verdict, started, losses)
+    if holds is None:
         return
-    holds = broker.begin(client, call, run, started, losses)
     try:  # (as the integrations run the body: its end, however it ends, leaves the job's id)
-        if holds is not None:
+        if holds:
             work(sim, run.lock, holds, broker.role)
         else:
             time.sleep(broker.role.work_ms / 1000)
@@ -253,12 +253,11 @@ async def _task_run(
         return
     finally:
         process.acquiring -= 1
-    broker.ran(client, call, run, verdict)
-    if verdict is not Verdict.RUN:
+    holds = broker.entered(client, call, run, verdict, started, losses)
+    if holds is None:
         return
-    holds = broker.begin(client, call, run, started, losses)
     try:
-        if holds is not None:
+        if holds:
             await async_work(sim, run.lock, holds, broker.role)
         else:
             await asyncio.sleep(broker.role.work_ms / 1000)
