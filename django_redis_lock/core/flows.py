@@ -376,7 +376,7 @@ def _result_instead(plan: AcquirePlan, granted: Acquired) -> Flow:
     # leaves nothing held (the release is a clean-up step, carried to its end; a release
     # never touches the result).
     yield from release(keys, plan.token, granted.next_token, cleanup=True)
-    result = yield Command(("GET", keys.result))
+    result = yield Command(("GET", keys.result_of(plan.token)))
     if result is None:  # expired meanwhile: nothing to answer with but "not acquired"
         return NotAcquired(None, 0)
     return Done(result)

@@ -36,8 +36,9 @@ class KeyLayout(Protocol):
         """A waiter's wake-up list."""
         ...
 
-    def release_keys(self, expected: str) -> tuple[str, ...]:
-        """The release script's keys, expecting ``expected`` first in line."""
+    def release_keys(self, expected: str, token: str = "") -> tuple[str, ...]:
+        """The release script's keys for the holder ``token``, expecting ``expected`` first in
+        line."""
         ...
 
     def extend_keys(self) -> tuple[str, ...]:

@@ -280,10 +280,20 @@ class LockKeys:
     def wake(self, token: str) -> str:
         return self.wake_prefix + token
 
-    def release_keys(self, expected: str) -> tuple[str, ...]:
-        """The keys ``release.lua`` is given, expecting ``expected`` first in line."""
+    def result_of(self, token: str) -> str:
+        """Where the guarded work's result is kept for the holder ``token``: the lock's own
+        key, but a job's own one (``<lease>:r:<job id>~``) when ``token`` is a job's (a task
+        guard's run), so that a copy of a job the broker delivers again finds its job's record
+        even after a later job of the same key has finished. (It ends with ``~``, never with
+        ``}``: the census takes no result for a lease.)"""
+        job = job_of(token)
+        return self.result if job is None else f"{self.result}:{job}{JOB_SEPARATOR}"
+
+    def release_keys(self, expected: str, token: str = "") -> tuple[str, ...]:
+        """The keys ``release.lua`` is given by the holder ``token`` (its result's key),
+        expecting ``expected`` first in line."""
         wake = self.wake(expected) if expected else self.wake_prefix
-        return (self.lease, self.queue, self.waiters, wake, self.result)
+        return (self.lease, self.queue, self.waiters, wake, self.result_of(token))
 
     def extend_keys(self) -> tuple[str, ...]:
         return (self.lease,)
@@ -292,13 +302,16 @@ class LockKeys:
         """``take.lua``'s keys and arguments for ``plan`` (a ``flows.AcquirePlan``). One key
         unless the result is wanted: on a Redis Cluster slot being moved, a script with several
         keys waits for the move to end (TRYAGAIN) unless all are on one side."""
-        keys = (self.lease, self.result) if plan.want_result else (self.lease,)
+        keys = (self.lease, self.result_of(plan.token)) if plan.want_result else (self.lease,)
         return keys, (plan.token, plan.lease_ms, plan.record, flags, *plan.takeover)
 
     def join_call(
         self, plan: Any, mode: int, flags: str, liveness_ms: int
     ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
         """``join.lua``'s keys and arguments."""
-        keys = (self.lease, self.queue, self.waiters, self.wake(plan.token), self.result)
+        keys = (
+            self.lease, self.queue, self.waiters, self.wake(plan.token),
+            self.result_of(plan.token),
+        )  # fmt: skip
         args = (plan.token, plan.lease_ms, plan.record, mode, flags, liveness_ms, *plan.takeover)
         return keys, args

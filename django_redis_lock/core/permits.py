@@ -62,8 +62,9 @@ class PermitKeys:
     def _all(self, wake: str) -> tuple[str, ...]:
         return (self.lease, self.owners, self.queue, self.waiters, wake)
 
-    def release_keys(self, expected: str) -> tuple[str, ...]:
-        """``permit_release.lua``'s keys; ``expected``: tokens separated by spaces."""
+    def release_keys(self, expected: str, token: str = "") -> tuple[str, ...]:
+        """``permit_release.lua``'s keys; ``expected``: tokens separated by spaces (a
+        permit keeps no result: ``token`` does not matter)."""
         if not expected:
             return self._all(self.wake_prefix)
         waiters = expected.split(" ")[:NEXT_WAITERS]

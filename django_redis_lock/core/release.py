@@ -51,7 +51,7 @@ def give_back(keys: KeyLayout, token: str) -> Eval:
     """Sent after an acquisition request whose reply we gave up on (too slow, cancelled), on
     the same connection: the lease that request may have granted goes back instead of being
     held for a lease by nobody."""
-    return Eval(keys.RELEASE, keys.release_keys(""), (token, ""))
+    return Eval(keys.RELEASE, keys.release_keys("", token), (token, ""))
 
 
 def release(

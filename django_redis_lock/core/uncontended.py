@@ -96,7 +96,7 @@ def release_request(
     free lock, until it has waited that long."""
     args = (token, expected, str(unfair_ms) if unfair_ms else "", *keep)
     return Eval(
-        keys.RELEASE, keys.release_keys(expected), args if keep or unfair_ms else args[:2],
+        keys.RELEASE, keys.release_keys(expected, token), args if keep or unfair_ms else args[:2],
         reply_timeout=reply_timeout, cleanup=cleanup,
     )  # fmt: skip
 

@@ -6,6 +6,7 @@
     <ns>{<tag>}:w:<token>  one waiter's wake-up list (for 5 s after an interrupted waiter left
                            the line: its mark, ``LEFT`` in backends/scripts.py)
     <ns>{<tag>}:r          the result of the guarded work, kept for duplicates (submissions)
+    <ns>{<tag>}:r:<job>~   a finished job's id, kept for its copies (task guards; one per job)
 
 A semaphore's keys are the same tag's, after ``:s`` (``core/permits.py``).
 

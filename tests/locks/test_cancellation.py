@@ -27,10 +27,12 @@ import pytest
 from django.test import AsyncRequestFactory
 from redis.connection import Connection
 
-from django_redis_lock import Lock, Semaphore, lock_contended, lock_many
+from django_redis_lock import Lock, LockNotOwned, Semaphore, lock_contended, lock_many
 from django_redis_lock.primitives.keys import lock_keys
+from django_redis_lock.primitives.background import process_records
+from django_redis_lock.task_guards import reservations
 from django_redis_lock.task_guards.policy import TaskGuard
-from django_redis_lock.task_guards.runs import GuardedRun
+from django_redis_lock.task_guards.runs import GuardedRun, Verdict
 from tests.conftest import django_redis_caches
 from tests.support.helpers import keys_without_ttl, run_async, wait_until
 from tests.support.proxy import DROP_REPLIES, PASS
@@ -382,6 +384,70 @@ def test_a_task_guard_s_start_cancelled_anywhere_leaves_its_run_key_free(redis_c
     assert done.cancelled >= 2, done
 
 
+def test_a_task_guard_s_start_cancelled_anywhere_as_it_takes_a_lapsed_key_again(
+    redis_client, monkeypatch
+):
+    """The same start, stalled past its key's lease as it ends the job's reservation (a
+    worker paused there): it gives the key back and takes it again (``GuardedRun._lapsed``).
+    Cancelled at any point of that, its run key is free (or its verdict holds the key again,
+    within its lease)."""
+    lease = 0.05
+    guard = TaskGuard("cancel.lapsed", lambda x: None, label="",
+                      guard="until_and_while_executing", guard_timeout=lease)  # fmt: skip
+    names = guard.names((1,), {})
+    cancel = reservations.acancel
+
+    async def stalled_cancel(*args, **kwargs):
+        await asyncio.sleep(lease * 2)  # (past the key's lease by any clock's reckoning)
+        return await cancel(*args, **kwargs)
+
+    monkeypatch.setattr(reservations, "acancel", stalled_cancel)
+
+    async def main():
+        runs = []
+
+        def operation():
+            run = GuardedRun(guard, names, "job-1", requeued_as_is=False)
+            runs.append(run)
+            return run.aenter()
+
+        async def check(outcome):
+            if not outcome.cancelled:
+                assert outcome.result is Verdict.RUN
+                assert runs[-1].lock.held_until > time.monotonic()  # taken again: in its lease
+                await runs[-1].aexit()
+            nothing_of_ours_held(redis_client, names.run)
+
+        return await sweep(operation, check)
+
+    done = run_async(main())
+    assert done.cancelled >= 4, done  # (taken, stalled, given back, taken again)
+
+
+def test_lock_many_cancelled_anywhere_as_it_writes_its_process_record_holds_all_or_none(
+    redis_client,
+):
+    """``lock_many`` taking its members in one script writes this process's record first
+    (the watch for dead holders reads it) when it is due: cancelled at that write too, it holds
+    all or none, and the record has its expiry."""
+
+    async def main():
+        names = [fresh("many-record") for _ in range(3)]
+
+        async def operation():
+            process_records.recorded.clear()  # (due again: the first acquisition's write)
+            async with lock_many(names, timeout=30, wait=1):
+                await asyncio.sleep(0)
+
+        async def check(outcome):
+            nothing_of_ours_held(redis_client, *names)
+
+        return await sweep(operation, check)
+
+    done = run_async(main())
+    assert done.cancelled >= 2, done
+
+
 def test_a_cancellation_against_a_silent_redis_waits_no_longer_than_its_grace(
     settings, redis_proxy
 ):
@@ -427,12 +493,13 @@ class InterruptingConnection(Connection):
     ``interrupt_at``th of the steps it counts (before a send, after a send, after a reply)."""
 
     interrupt_at = 0
+    again_at = 0  # (and again at this step: Ctrl-C pressed twice)
     steps = 0
 
     @classmethod
     def step(cls) -> None:
         cls.steps += 1
-        if cls.steps == cls.interrupt_at:
+        if cls.steps in (cls.interrupt_at, cls.again_at):
             raise KeyboardInterrupt
 
     def send_packed_command(self, command, check_health=True):
@@ -493,11 +560,9 @@ def test_a_sync_acquire_interrupted_at_any_step_holds_or_leaves_nothing(
     assert interrupted_everywhere(interrupting, lock.acquire, check) >= 4
 
 
-def test_a_sync_quorum_acquire_interrupted_at_any_step_holds_or_leaves_nothing(quorum, settings):
-    """Quorum mode: an acquisition interrupted with its requests out (or between two rounds)
-    gives back what it took on every server before the interrupt goes on, behind its
-    requests on their connections: no server keeps a lease of it (a majority of them kept
-    the lock from anyone for its whole lease)."""
+@pytest.fixture
+def interrupting_quorum(quorum, settings):
+    """The quorum's members' connections are ``InterruptingConnection``s."""
     caches = {alias: {**cache} for alias, cache in quorum.caches.items()}
     for alias in QUORUM_MEMBERS:
         caches[alias]["OPTIONS"] = {
@@ -506,6 +571,18 @@ def test_a_sync_quorum_acquire_interrupted_at_any_step_holds_or_leaves_nothing(q
         }
     settings.CACHES = caches
     InterruptingConnection.interrupt_at = InterruptingConnection.steps = 0
+    yield quorum
+    InterruptingConnection.interrupt_at = InterruptingConnection.again_at = 0
+
+
+def test_a_sync_quorum_acquire_interrupted_at_any_step_holds_or_leaves_nothing(
+    interrupting_quorum,
+):
+    """Quorum mode: an acquisition interrupted with its requests out (or between two rounds)
+    gives back what it took on every server before the interrupt goes on, behind its
+    requests on their connections: no server keeps a lease of it (a majority of them kept
+    the lock from anyone for its whole lease)."""
+    quorum = interrupting_quorum
     name = fresh("sync-quorum")
     lock = Lock(name, timeout=30, wait=1, using="redlock")
     key = lock_keys(name, "redlock").lease
@@ -519,10 +596,41 @@ def test_a_sync_quorum_acquire_interrupted_at_any_step_holds_or_leaves_nothing(q
             wait_until(lambda c=client: not c.exists(key), 5, f"no lease of {name} on {client}")
             assert keys_without_ttl(client) == []
 
-    try:
-        assert interrupted_everywhere(InterruptingConnection, lock.acquire, check) >= 4
-    finally:
-        InterruptingConnection.interrupt_at = 0
+    assert interrupted_everywhere(InterruptingConnection, lock.acquire, check) >= 4
+
+
+def test_a_quorum_release_interrupted_twice_where_its_script_is_not_loaded_releases(
+    interrupting_quorum,
+):
+    """Ctrl-C pressed once a release has gone out to every member, on members that do not
+    have the release script yet (their first release, or after a restart: ``NOSCRIPT``), and
+    again during its retry: each member runs what it was sent, as one server does (the script
+    goes out whole behind an ``EVALSHA`` left unanswered). No member keeps the lease: a
+    majority of them kept the lock from everyone for its whole lease."""
+    quorum = interrupting_quorum
+    members = len(QUORUM_MEMBERS)
+    name = fresh("quorum-release-twice")
+    lock = Lock(name, timeout=30, wait=1, using="redlock")
+    key = lock_keys(name, "redlock").lease
+    sent = 2 * members  # (a step before and after each send: then all have gone out)
+    # The second interrupt once the first one's sends have gone out: in the retry.
+    for first, again in itertools.product(range(sent, sent + 8), range(sent + 1, sent + 9)):
+        assert lock.acquire()
+        for client in quorum.clients:
+            client.script_flush()
+        InterruptingConnection.steps = 0
+        InterruptingConnection.interrupt_at = first
+        InterruptingConnection.again_at = first + again
+        with contextlib.suppress(KeyboardInterrupt):
+            lock.release(result=b"done", result_ttl=30)
+        InterruptingConnection.interrupt_at = InterruptingConnection.again_at = 0
+        for client in quorum.clients:
+            wait_until(lambda c=client: not c.exists(key), 5,
+                       f"no lease of {name} on {client} (interrupts at {first}, {first + again})")  # fmt: skip
+        if lock.token is not None:  # (its release failed twice: kept for a retry, which
+            with contextlib.suppress(LockNotOwned):  # finds it released)
+                lock.release()
+        assert lock.token is None
 
 
 def test_a_sync_release_interrupted_at_any_step_leaves_nothing(interrupting, redis_client):

@@ -7,7 +7,9 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from django_redis_lock import Lock, registry
+from django_redis_lock.core.lease import job_id_checked, reservation_token
 from django_redis_lock.primitives.keys import lock_keys, namespace
+from django_redis_lock.primitives.owners import job_token
 from tests.conftest import django_redis_caches
 
 
@@ -69,6 +71,26 @@ def test_any_name_locks_and_unlocks(redis_client, name):
     assert registry.get_lock(name).name == name  # from the key, or kept in the lease
     lock.release()
     assert redis_client.exists(keys.lease) == 0
+
+
+_JOB_IDS = st.text(
+    st.characters(blacklist_categories=("Z", "Cc"), blacklist_characters="|~"),
+    min_size=1, max_size=128,
+).filter(lambda job: job == job.strip() and not any(c.isspace() for c in job))
+
+
+@given(_JOB_IDS, _JOB_IDS)
+def test_two_jobs_never_share_a_result_key(first, second):
+    """Each job's result is its own (a copy of an earlier job finds its record after a later
+    job of the same key finished), in the lock's slot, never taken for a lease by the census
+    (which lists keys ending with ``}``)."""
+    keys = lock_keys("task:send:{k}", "default")
+    key = keys.result_of(job_token(job_id_checked(first)))
+    assert key == keys.result_of(reservation_token(first))  # one per job, whatever the token
+    assert key not in (keys.result, keys.lease) and not key.endswith("}")
+    assert key_slot(key.encode()) == key_slot(keys.lease.encode())
+    assert (key == keys.result_of(job_token(second))) == (first == second)
+    assert keys.result_of("random-token") == keys.result
 
 
 def test_owner_tokens_never_start_with_a_dash():

@@ -51,17 +51,20 @@ def test_each_planted_mutation_is_found() -> None:
 @pytest.mark.parametrize(
     ("seed", "workload", "topology"),
     [(1011, "semaphore", "server"), (2418, "many", "server"), (9, "many", "server"),
-     (28, "lock", "quorum"), (4991, "lock", "server")],
+     (28, "lock", "quorum"), (4991, "lock", "server"), (8080, "tasks", "server"),
+     (1992, "guards", "quorum")],
 )  # fmt: skip
 def test_the_schedules_that_found_defects_pass(seed: int, workload: str, topology: str) -> None:
     """Each found a defect of the library, fixed since: a permit handed to nobody after an
     interrupted join (1011), a lock_many that said it held a member that had lapsed (2418), or
     whose grant came after its lease (9), a quorum acquisition interrupted with its requests
     out that gave nothing back (28), a queue join held up on its way past the socket timeout
-    that took the lock for nobody when it arrived (4991). (Their seeds may stop reaching the
+    that took the lock for nobody when it arrived (4991), a task's copy that ran again after a
+    later task of its key finished (8080), a quorum release interrupted twice on members
+    without its script that left them the lease (1992). (Their seeds may stop reaching the
     same spot when the simulation changes; the defects' own tests are in test_scripts.py,
-    test_lock_many.py, test_lost_replies.py and test_cancellation.py, and the last one's is
-    this simulation's: its planted mutation.)"""
+    test_lock_many.py, test_lost_replies.py, test_cancellation.py and test_reservations.py,
+    and 4991's is this simulation's: its planted mutation.)"""
     done = _simulate("replay", "--seed", str(seed), "--workload", workload, "--topology", topology)
     assert done.returncode == 0, done.stdout[-20_000:] + done.stderr[-5_000:]
 

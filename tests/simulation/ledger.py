@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_redis_lock.core.flows import BLOCK_CAP
+from django_redis_lock.core.lease import LockKeys, reservation_token
 from django_redis_lock.core.uncontended import STARVATION_BOUND_MS
 
 __all__ = ["Hold", "Ledger", "Violation"]
@@ -148,7 +149,10 @@ class Ledger:
                 self.fail(f"{client}'s fencing token {fence} for {lock!r} is not above "
                           f"{facts.max_fence}, granted before")  # fmt: skip
             facts.max_fence = fence
-        kept = self.state.value(facts.result_key) if facts.result_key else None
+        result_key = facts.result_key
+        if result_key and job:  # (a job's result is its own: LockKeys.result_of)
+            result_key = LockKeys.of(facts.lease_key).result_of(reservation_token(job))
+        kept = self.state.value(result_key) if result_key else None
         if want_result and kept is not None and (not job or kept == job):
             self.fail(f"{client} was granted {lock!r} to run the work again: its result is kept")
         hold = Hold(client, lock, token, fence, valid_until_us, losses=self.losses)

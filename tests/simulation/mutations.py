@@ -199,8 +199,8 @@ CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
         "django_redis_lock.core.flows",
         "_result_instead",
         "    yield from release(keys, plan.token, granted.next_token, cleanup=True)\n"
-        '    result = yield Command(("GET", keys.result))\n',
-        '    result = yield Command(("GET", keys.result))\n'
+        '    result = yield Command(("GET", keys.result_of(plan.token)))\n',
+        '    result = yield Command(("GET", keys.result_of(plan.token)))\n'
         "    yield from release(keys, plan.token, granted.next_token, cleanup=True)\n",
         "want_result",
     ),
@@ -231,6 +231,28 @@ CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
         "result_ttl=self._done_ttl())",
         "                self.lock.release()",
         "tasks",
+    ),
+    # One record of a finished job per key, not per job: a copy of an earlier job, delivered
+    # again after a later job of its key finished, runs again (found by this simulation's
+    # campaign).
+    "a job's record is the key's": (
+        "django_redis_lock.core.lease",
+        "LockKeys.result_of",
+        '        return self.result if job is None else f"{self.result}:{job}{JOB_SEPARATOR}"',
+        "        return self.result",
+        "tasks",
+    ),
+    # A quorum's script interrupted before its NOSCRIPT was answered never goes out whole: a
+    # release interrupted twice on members that do not have its script yet (their first
+    # call of it, or after a restart) leaves the lease on them (found by this simulation's
+    # campaign).
+    "an interrupted quorum script never goes out whole": (
+        "django_redis_lock.backends.quorum.broadcast",
+        "Broadcaster.send",
+        "            if whole is not None:  # (those sent it that have not answered, nor had it "
+        "whole)",
+        "            if False:",
+        "guards",
     ),
     # The watch for dead holders (runtime/host.py). lock_many takes its members in one
     # script without writing this process's record first: its death is never seen (found by

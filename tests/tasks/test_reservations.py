@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from django_redis_lock import Lock, LockNotOwned
-from django_redis_lock.core.lease import OwnerRecord
+from django_redis_lock.core.lease import OwnerRecord, reservation_token
+from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.registry import locks as lock_registry
 from django_redis_lock.task_guards import reservations
 from tests.support.helpers import read_lease, wait_until
@@ -18,8 +19,6 @@ JOB = "7d2c9a0e-0c1b-4a8e-9b1f-3f1d5c7a9e21"
 
 
 def lease_key(name):
-    from django_redis_lock.primitives.keys import lock_keys
-
     return lock_keys(name, "default").lease
 
 
@@ -145,6 +144,25 @@ def test_a_finished_jobs_result_answers_its_copies_and_nobody_else():
     claim = other.claim(wait=0, want_result=True)
     assert claim.acquired  # another job's result is not this one's
     other.release()
+
+
+def test_a_finished_jobs_copy_is_answered_after_a_later_job_of_its_key_finished(redis_client):
+    """Each job's record is its own: a later job of the same key (run and finished while the
+    first one's copy waited in the broker) does not make the copy run the first job again."""
+    first = Lock("task:later", timeout=30, job_id=JOB)
+    assert first.acquire(wait=0)
+    first.release(result=JOB.encode(), result_ttl=60)
+    later = Lock("task:later", timeout=30, job_id="later-job")
+    assert later.claim(wait=0, want_result=True).acquired
+    later.release(result=b"later-job", result_ttl=60)
+    copy = Lock("task:later", timeout=30, job_id=JOB)
+    claim = copy.claim(wait=0, want_result=True)
+    assert not claim.acquired
+    assert claim.result == JOB.encode()
+    # Each record ends: a key with an expiry, per job.
+    for job in (JOB, "later-job"):
+        key = lock_keys("task:later", "default").result_of(reservation_token(job))
+        assert 0 < redis_client.pttl(key) <= 60_000
 
 
 def test_a_copy_waiting_for_its_running_job_learns_that_it_finished():

@@ -129,6 +129,18 @@ def _give_back_behind(sent: Sequence[_Link]) -> None:
             link.connection.send_packed_command([data], check_health=False)
 
 
+def _whole_behind(whole: bytes, unanswered: Sequence[_Link]) -> None:
+    """The caller was interrupted while a script's ``EVALSHA`` was unanswered: the script
+    goes out whole behind it on each of those connections, before they are dropped. A server
+    that answers ``NOSCRIPT`` (its first call of the script, or after a restart) runs that
+    instead, as one that has the script runs the ``EVALSHA``: what was sent is run either way,
+    as on one server. (Run twice where both run: a release, a renewal or an attempt finds its
+    own work done, and an attempt's give-back follows both.)"""
+    for link in unanswered:
+        with contextlib.suppress(RedisError, OSError):
+            link.connection.send_packed_command([whole], check_health=False)
+
+
 def _next_ready(pending: list[_Link], deadline: float, turn: int) -> list[_Link]:
     """Those of ``pending`` with something to read, waiting until ``deadline`` at most: a
     look at each, then (when none is ready) a wait of one slice on ``pending[turn]``."""
@@ -229,6 +241,7 @@ class Broadcaster:
         replies: Replies = {}
         links = self._links()
         sent: list[_Link] = []  # (and the one being sent: it may have gone)
+        resent: set[_Link] = set()  # sent whole after a NOSCRIPT
         try:
             waiting: dict[_Link, int] = {}
             for index in indexes:
@@ -265,6 +278,7 @@ class Broadcaster:
                     if whole is not None and isinstance(reply, NoScriptError):
                         try:
                             link.connection.send_packed_command([whole])
+                            resent.add(link)
                             continue  # its answer to the script sent whole is the one
                         except RedisError as exc:
                             reply = exc
@@ -277,6 +291,11 @@ class Broadcaster:
         except RedisError:
             raise
         except BaseException:
+            if whole is not None:  # (those sent it that have not answered, nor had it whole)
+                unanswered = [links[index] for index in indexes if index not in replies]
+                _whole_behind(whole, [
+                    link for link in unanswered if link in sent and link not in resent
+                ])  # fmt: skip
             _give_back_behind(sent)  # (those connections are dropped below)
             raise
         finally:

@@ -273,7 +273,7 @@ class QuorumClient:
             return
         with_grants = set(granted)
         self.servers.run(
-            self._release_script, LockKeys.of(lease).release_keys(""), [token, ""],
+            self._release_script, LockKeys.of(lease).release_keys("", token), [token, ""],
             members=members, timeout=self.reply_timeout,
             settled=lambda answers: with_grants.issubset(answers),
         )  # fmt: skip

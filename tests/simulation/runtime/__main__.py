@@ -75,9 +75,14 @@ PLANTED: dict[str, tuple[int, int]] = {
     "a run uses a key that ran out as its reservation ended": (2095, 20),  # 2109
     "a run's end leaves no job id": (176, 20),  # 190
     "a leave interrupted again keeps a lease handed to it": (2416, 20),  # 2430
+    "a job's record is the key's": (20, 20),  # 34
+    "an interrupted quorum script never goes out whole": (1952, 12),  # 1962 (quorum)
 }
 # Where a planted mutation is looked for, when not on one server.
-TOPOLOGY_OF: dict[str, str] = {"an interrupted quorum acquisition keeps what it took": "quorum"}
+TOPOLOGY_OF: dict[str, str] = {
+    "an interrupted quorum acquisition keeps what it took": "quorum",
+    "an interrupted quorum script never goes out whole": "quorum",
+}
 
 
 def workloads_on(topology: str) -> tuple[str, ...]:

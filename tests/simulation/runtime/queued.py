@@ -15,7 +15,9 @@ its id is kept, with ``job`` the job's id):
 
 - **A copy told "finished" follows a run of its job that finished**, and with no fault, a
   copy delivered after a run of its job finished is not run (the modes that guard runs:
-  ``until_executing`` guards only the queue).
+  ``until_executing`` guards only the queue); faults or not, once the job's record was seen
+  kept, no copy of it runs while Redis loses nothing (later jobs of its key finish meanwhile:
+  each job's record is its own).
 - **No duplicate waits in the queue** (the modes that reserve): with no fault, a call of a
   key is not admitted while another call of that key is queued and has not started.
 - **Redis answers**: no ``LockBackendError`` while no fault has happened.
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django_redis_lock import LockBackendError
+from django_redis_lock.core.lease import reservation_token
 from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.task_guards import (
     MODES,
@@ -51,6 +54,10 @@ __all__ = ["cast_tasks"]
 TASK = "sim.task"
 KEYS = ("k1", "k1", "k2")
 POLL_S = 0.01  # how often a delivery looks whether its call was queued yet
+# When a call is delivered, ms after it was queued; and a copy of it (the broker's redelivery:
+# at once, or long after, when later calls of its key may have run and finished too).
+DELIVERED_MS = (0, 5, 400, 2500)
+REDELIVERED_MS = (0, 5, 400, 2500, 8000)
 
 
 def _task(key: str) -> None:
@@ -66,6 +73,7 @@ class _Call:
     producer: Any = None  # its producer's process (a crashed one never decides)
     started: bool = False  # a delivery of it entered (which ends its reservation, if any)
     finished: bool = False  # a run of it finished
+    recorded: int | None = None  # Redis' data losses when its record was seen kept (None: not)
 
 
 @dataclass(eq=False)
@@ -128,6 +136,8 @@ class _Broker:
             sim.ledger.fail(f"{client} was told {call.job} had finished, and no run of it had")
         if verdict is Verdict.RUN and call.finished and run.lock and sim.ledger.faults == 0:
             sim.ledger.fail(f"{client} ran {call.job} again: a run of it had finished")
+        if verdict is Verdict.RUN and call.recorded == sim.ledger.losses:
+            sim.ledger.fail(f"{client} ran {call.job} again: its record was kept")
         if verdict is not Verdict.RUN:
             action = run.refused(verdict, sender=GuardedRun)
             sim.trace.add(sim.now_us, client, f"{call.job}: {action}")
@@ -143,6 +153,16 @@ class _Broker:
         """The run's body is over (then its key is released, the job's id left)."""
         stop_acting(self.sim, holds)
         call.finished = True
+
+    def exited(self, call: _Call, run: GuardedRun) -> None:
+        """``run.exit()`` returned: once its job's record is kept, no copy of the job runs
+        (faults or not, as long as Redis loses nothing)."""
+        if run.lock is None:
+            return
+        keys = lock_keys(run.lock.name, self.sim.alias)
+        kept = self.sim.ledger.state.value(keys.result_of(reservation_token(call.job)))
+        if kept == call.job:
+            call.recorded = self.sim.ledger.losses
 
     def failed(self, client: str, error: BaseException, call: _Call | None = None) -> None:
         """``call``'s run failed to enter (``error``): its key is the job's (the run may have
@@ -187,7 +207,7 @@ def cast_tasks(sim: Any, choices: Choices, *, asynchronous: bool = True) -> None
         for copy in range(choices.pick((1, 1, 2))):  # (a copy: the broker delivered it again)
             client = f"w{call.job[1:]}{'abc'[copy]}"
             process = sim.process()
-            arrival = queued_at + choices.pick((0, 5, 400, 2500))
+            arrival = queued_at + choices.pick(REDELIVERED_MS if copy else DELIVERED_MS)
             plan_crash(sim, process, choices, arrival)
             if asynchronous and choices.chance(40):
                 program = functools.partial(_task_run, broker, process, client, call, arrival)
@@ -232,6 +252,8 @@ def _thread_run(broker: _Broker, process: Any, client: str, call: _Call) -> None
             run.exit()
         except Interrupted as error:
             broker.failed(client, error)
+        else:
+            broker.exited(call, run)
 
 
 async def _task_run(
@@ -264,3 +286,4 @@ async def _task_run(
     finally:
         broker.end(holds, call)
         await run.aexit()
+        broker.exited(call, run)
