@@ -28,8 +28,8 @@ from django.test import AsyncRequestFactory
 from redis.connection import Connection
 
 from django_redis_lock import Lock, LockNotOwned, Semaphore, lock_contended, lock_many
-from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.primitives.background import process_records
+from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.task_guards import reservations
 from django_redis_lock.task_guards.policy import TaskGuard
 from django_redis_lock.task_guards.runs import GuardedRun, Verdict
@@ -624,9 +624,9 @@ def test_a_quorum_release_interrupted_twice_where_its_script_is_not_loaded_relea
         with contextlib.suppress(KeyboardInterrupt):
             lock.release(result=b"done", result_ttl=30)
         InterruptingConnection.interrupt_at = InterruptingConnection.again_at = 0
+        where = f"interrupted at steps {first} and {first + again}"
         for client in quorum.clients:
-            wait_until(lambda c=client: not c.exists(key), 5,
-                       f"no lease of {name} on {client} (interrupts at {first}, {first + again})")  # fmt: skip
+            wait_until(lambda c=client: not c.exists(key), 5, f"no lease on {client}, {where}")
         if lock.token is not None:  # (its release failed twice: kept for a retry, which
             with contextlib.suppress(LockNotOwned):  # finds it released)
                 lock.release()

@@ -75,7 +75,8 @@ def test_any_name_locks_and_unlocks(redis_client, name):
 
 _JOB_IDS = st.text(
     st.characters(blacklist_categories=("Z", "Cc"), blacklist_characters="|~"),
-    min_size=1, max_size=128,
+    min_size=1,
+    max_size=128,
 ).filter(lambda job: job == job.strip() and not any(c.isspace() for c in job))
 
 
@@ -87,7 +88,8 @@ def test_two_jobs_never_share_a_result_key(first, second):
     keys = lock_keys("task:send:{k}", "default")
     key = keys.result_of(job_token(job_id_checked(first)))
     assert key == keys.result_of(reservation_token(first))  # one per job, whatever the token
-    assert key not in (keys.result, keys.lease) and not key.endswith("}")
+    assert key not in (keys.result, keys.lease)
+    assert not key.endswith("}")
     assert key_slot(key.encode()) == key_slot(keys.lease.encode())
     assert (key == keys.result_of(job_token(second))) == (first == second)
     assert keys.result_of("random-token") == keys.result
