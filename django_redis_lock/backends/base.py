@@ -30,6 +30,7 @@ from .scripts import (
     RELEASE,
     TAKE,
     TAKE_MANY,
+    WAKE,
     Script,
 )
 
@@ -46,6 +47,7 @@ SCRIPTS: dict[str, Script] = {
         PERMIT_ACQUIRE,
         PERMIT_RELEASE,
         PERMIT_EXTEND,
+        WAKE,
     )
 }
 

@@ -50,8 +50,9 @@ class ClusterBackend(ServerBackend):
         return one_slot(keys)
 
     def send(self, *args: Any, **options: Any) -> Any:
-        # The socket timeout applies, not a reply budget: see wire.execute_on_cluster.
-        return execute_on_cluster(self.client, *args)
+        # The socket timeout applies, not a reply budget; a give-back (if_silent) follows its
+        # request on the node's connection: see wire.execute_on_cluster.
+        return execute_on_cluster(self.client, *args, if_silent=options.get("if_silent"))
 
     def send_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         # One by one, through the Cluster client, which follows MOVED and ASK (a slot being

@@ -92,9 +92,9 @@ def release(request: Eval, keys: KeyLayout, backend: Any) -> tuple[int, str]:
     without expecting them; returns its code and the first waiter it handed to or woke ('':
     none; ``uncontended.released``)."""
     code, wake, first = released(keys, backend.perform(request))
-    if wake:
+    if wake is not None:
         with contextlib.suppress(Exception):  # (only how soon they know depends on it)
-            backend.perform(Pipeline(wake, cleanup=True))
+            backend.perform(wake)
     return code, first
 
 
@@ -103,7 +103,7 @@ async def arelease(request: Eval, keys: KeyLayout, backend: Any) -> tuple[int, s
     release cut by a cancellation would keep the lock for a lease, or leave the waiters it was
     handed to asleep."""
     code, wake, first = released(keys, await backend.perform(request))
-    if wake:
+    if wake is not None:
         with contextlib.suppress(Exception):
-            await backend.perform(Pipeline(wake, cleanup=True))
+            await backend.perform(wake)
     return code, first

@@ -16,6 +16,8 @@ taken with a bare ``SET NX PX``, no script. The scripts, each documented at its 
 - ``join.lua``: the contended acquisition: take it if free, else queue and block;
 - ``release.lua``: release, handing the lease straight to the first live waiter;
 - ``extend.lua``: renewal and ``extend()``;
+- ``wake.lua``: the wake-ups a release asks for (waiters it did not expect), each list with
+  its expiry;
 - ``permit_acquire.lua``, ``permit_release.lua``, ``permit_extend.lua``: the same three for a
   semaphore's permits (``Semaphore``), kept in a sorted set scored by lease end.
 """
@@ -50,6 +52,7 @@ __all__ = [
     "SERVER_TIME",
     "TAKE",
     "TAKE_MANY",
+    "WAKE",
     "Script",
     "load_script",
 ]
@@ -359,3 +362,4 @@ EXTEND_MANY = load_script("extend_many")
 PERMIT_ACQUIRE = load_script("permit_acquire")
 PERMIT_RELEASE = load_script("permit_release")
 PERMIT_EXTEND = load_script("permit_extend")
+WAKE = load_script("wake")

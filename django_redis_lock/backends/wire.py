@@ -212,15 +212,33 @@ def give_back_behind(
             connection.send_packed_command([pack_all(if_silent())], check_health=False)
 
 
-def execute_on_cluster(cluster: Any, *args: Any, **ignored: Any) -> Any:
+def execute_on_cluster(
+    cluster: Any,
+    *args: Any,
+    if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
+    **ignored: Any,
+) -> Any:
     """:func:`execute` on a Redis Cluster client: to the node of the command's key. With its
     node named, redis-py sends the command once (still following MOVED and ASK, which mean it
     did not run) instead of retrying it after a timeout or a dropped connection, when it may
     have run. A command with no key (``SCRIPT LOAD``) goes where redis-py sends it (every
-    primary). ``reply_timeout`` and ``if_silent`` are not applied: the socket timeout is."""
+    primary). ``reply_timeout`` is not applied: the socket timeout is.
+
+    With ``if_silent`` (an acquisition's give-back), the command goes on its node's own
+    connection (:func:`execute`): its reply not read (interrupted, timed out), the give-back
+    follows it there, and the node runs it right after the command, as one server does. (The
+    Cluster client's connection is its own: a give-back sent on another could overtake the
+    command and leave what it took held by nobody.) A MOVED or ASK there (the command did not
+    run) is followed by the Cluster client."""
     key = _routing_key(args)
     if key is None:
         return cluster.execute_command(*args)
+    if if_silent is not None:
+        try:
+            return execute(node_client(cluster, key), *args, if_silent=if_silent)
+        except ResponseError as error:
+            if not redirected(error):
+                raise
     return cluster.execute_command(*args, target_nodes=cluster.get_node_from_key(key))
 
 

@@ -7,7 +7,7 @@ import contextlib
 
 from .layout import KeyLayout
 from .lease import PENDING_JOB, LockKeys, is_reservation, job_of, reservation_token
-from .requests import Command, Eval, Failover, Flow, Pipeline
+from .requests import Command, Eval, Failover, Flow
 from .uncontended import release_request, released, text
 
 __all__ = [
@@ -96,9 +96,9 @@ def release_telling_first(
         cleanup=cleanup,
     )  # fmt: skip
     code, wake, first = released(keys, reply)
-    if wake:
+    if wake is not None:
         with contextlib.suppress(Exception):
-            yield Pipeline(wake, cleanup=True)
+            yield wake
     return code, first
 
 

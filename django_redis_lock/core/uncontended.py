@@ -24,6 +24,7 @@ __all__ = [
     "LOST_RACE_RETRY_MS",
     "REPLY_FLOOR",
     "STARVATION_BOUND_MS",
+    "WAKE",
     "learnt_late",
     "lease_value",
     "release_request",
@@ -38,6 +39,8 @@ __all__ = [
 STARVATION_BOUND_MS = 250
 # How long an empty wake-up (the lock left free, fair=False) waits on its list, ms.
 FREE_WAKE_MS = 1000
+# The script that pushes the wake-ups a release asks for (backends/lua/wake.lua).
+WAKE = "wake"
 # fair=False: a woken waiter that lost the race for the free lock (the releaser came back
 # first) asks again on its own this soon, ms; until then releases leave the lock free without
 # waking it again. On a busy lock that is most wake-ups, each a process woken for nothing.
@@ -101,23 +104,24 @@ def release_request(
     )  # fmt: skip
 
 
-def released(keys: KeyLayout, reply: Any) -> tuple[int, tuple[tuple[Any, ...], ...], str]:
+def released(keys: KeyLayout, reply: Any) -> tuple[int, Eval | None, str]:
     """What a release's reply means: 0 (released, or handed on), -1 (not ours: nothing
-    touched) or -2 (the key is not a lock); the commands that wake the waiters it was handed
-    to without expecting them (a semaphore's release may hand several permits), to send next;
-    and the first waiter it handed to or woke ('' none). Nothing depends on that push but how
-    soon they know: if it is late or fails, each finds the lease its own when its block ends
-    and it asks again, and join.lua answers with the same message made again from the lease,
-    the queue and the kept result."""
+    touched) or -2 (the key is not a lock); the request that wakes the waiters it was handed
+    to without expecting them (``wake.lua``; a semaphore's release may hand several permits),
+    to send next, or None; and the first waiter it handed to or woke ('' none). Nothing
+    depends on that push but how soon they know: if it is late or fails, each finds the lease
+    its own when its block ends and it asks again, and join.lua answers with the same message
+    made again from the lease, the queue and the kept result."""
     code = int(reply) if isinstance(reply, int) else int(reply[0])
     if code == 1:  # (a semaphore's release says whom it woke in its script: nobody here)
-        return 0, (), text(reply[1]) if len(reply) > 1 else ""
+        return 0, None, text(reply[1]) if len(reply) > 1 else ""
     if code != 2:
-        return code, (), ""
-    commands: list[tuple[Any, ...]] = []
+        return code, None, ""
+    lists: list[str] = []
+    args: list[Any] = []
     for head, message in zip(reply[1::2], reply[2::2], strict=True):
-        wake, message = keys.wake(text(head)), text(message)
+        lists.append(keys.wake(text(head)))
+        message = text(message)
         # (An empty message: the lock was left free for it to compete for, fair=False.)
-        ms = int(message.split("|", 2)[1]) if message else FREE_WAKE_MS
-        commands += (("RPUSH", wake, message), ("PEXPIRE", wake, ms))
-    return 0, tuple(commands), text(reply[1])
+        args += (message, int(message.split("|", 2)[1]) if message else FREE_WAKE_MS)
+    return 0, Eval(WAKE, tuple(lists), tuple(args), cleanup=True), text(reply[1])

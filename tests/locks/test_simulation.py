@@ -235,7 +235,7 @@ def test_a_wake_up_pushed_after_its_lease_ended_is_not_taken_for_a_grant(redis_c
     assert int(joined[0]) == 0  # queued
     release = flows.release(keys, "c1", "")  # expects nobody: the push is its own round trip
     push = _answer(release, backend.perform(next(release)))
-    assert push.commands[0][:2] == ("RPUSH", keys.wake("c2"))  # ...and c1 stalls before it
+    assert (push.script, push.keys) == ("wake", (keys.wake("c2"),))  # ...and c1 stalls before it
     redis_client.delete(keys.lease)  # the lease handed to c2 runs out
     block = _answer(waiter, (joined, None))  # c2's block ends: it will join again
     backend.perform(push)  # the stalled push lands

@@ -38,11 +38,15 @@ class ClusterWorld(World):
     name = "cluster"
 
     def __init__(
-        self, urls: list[str], scripts: dict[str, Script] | None = None, moves: bool = True
-    ) -> None:
+        self, urls: list[str], scripts: dict[str, Script] | None = None, moves: bool = True,
+        clocks: tuple[str, ...] = (),
+    ) -> None:  # fmt: skip
         """``moves``: whether a fault may move the slot. (Not in the suite: after a move, Redis
         Cluster's gossip has been seen, about once in 40,000 schedules, to leave two nodes
-        claiming the slot, which fails the simulation itself. ``make simulate`` moves it.)"""
+        claiming the slot, which fails the simulation itself. ``make simulate`` moves it.)
+        ``clocks``: hash tags besides the schedule's whose scripts run too (the guards'
+        budget of kept responses, ``{!replay-budget}``): each gets a clock, on the node of
+        its slot, and that node is watched as well."""
         self.faults = ("migrate",) if moves else ()
         self.scripts = scripts if scripts is not None else simulated_scripts()
         self.nodes = [SimulatedServer(url, self.scripts) for url in urls]
@@ -56,6 +60,11 @@ class ClusterWorld(World):
         self._probes = {node: Connection(**node.client.connection_pool.connection_kwargs)
                         for node in self.nodes}  # fmt: skip
         self._home = next(n for n in self.nodes if _slot_owner(n.client, self.slot))
+        self.clocks = clocks
+        self._clock_nodes = [
+            next(n for n in self.nodes if _slot_owner(n.client, key_slot(tag.encode())))
+            for tag in clocks
+        ]  # fmt: skip
         self._target: SimulatedServer | None = None  # the slot is moving there
         self._moved = False  # this schedule's slot has moved (once is all a schedule sees)
 
@@ -63,7 +72,8 @@ class ClusterWorld(World):
         return self._home
 
     def watched(self) -> list[SimulatedServer]:
-        return [self._home] + ([self._target] if self._target is not None else [])
+        nodes = [self._home] + ([self._target] if self._target is not None else [])
+        return nodes + [node for node in dict.fromkeys(self._clock_nodes) if node not in nodes]
 
     def reset(self, now_us: int) -> None:
         if self._target is not None:
@@ -73,6 +83,8 @@ class ClusterWorld(World):
         self._settle(self._home)
         self._moved = False
         super().reset(now_us)
+        for tag in self.clocks:
+            self.cluster.set(CLOCK_PREFIX + tag, now_us, px=3_600_000)
 
     def observe(self, now_us: int, moved_ms: int, pops: list[str]) -> Observed:
         """The nodes' observation, and a probe of who has the slot, asked of every node: the

@@ -301,6 +301,15 @@ MUTATIONS.update({
         "if false then",
         "semaphore",
     ),
+    # A wake-up pushed without its list's expiry (as a Cluster's one-by-one push and expiry
+    # could leave it, its sender gone between the two: found by this simulation on a
+    # Cluster, and made one script since).
+    "a wake-up pushed without its expiry": (
+        "wake",
+        "  redis.call('PEXPIRE', key, ARGV[2 * i])\n",
+        "",
+        "many",
+    ),
 })  # fmt: skip
 
 # Which simulation is asked to find each: the flows' (the suite's Hypothesis share) or the

@@ -254,9 +254,10 @@ class SimulatedServer:
     def restart(self, snapshot: dict[str, tuple[bytes, int]] | None) -> None:
         """A restart that lost the data written since ``snapshot`` (key -> dump and simulated
         ms left now), or all of it (None). Scripts are flushed, as a restart forgets them."""
-        keys = self.client.keys(NAMESPACE + "*")
-        if keys:
-            self.client.delete(*keys)
+        deletes = self.client.pipeline(transaction=False)
+        for key in self.client.keys(NAMESPACE + "*"):  # (one by one: a Cluster node's keys
+            deletes.delete(key)  # are of several slots, which one DEL may not touch)
+        deletes.execute()
         for key, (dump, ms) in (snapshot or {}).items():
             self.client.restore(key, ms * SCALE, dump)
         self.client.script_flush()

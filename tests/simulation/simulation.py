@@ -35,6 +35,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_redis_lock.core.requests import Block, Command, Eval, Failover, Pipeline, Request
+from django_redis_lock.core.uncontended import WAKE
 
 from .choices import Choices
 from .clients import NOTHING, Client
@@ -70,7 +71,7 @@ FAULTS_ON = Faults(percent=6, request_percent=6)
 
 def _pushes_a_wake_up(request: Any) -> bool:
     """A release's push of a wake-up message (``core/release.py``), sent a round trip after."""
-    return type(request) is Pipeline and str(request.commands[0][0]).upper() == "RPUSH"
+    return type(request) is Eval and request.script == WAKE
 
 
 class SimulationFailed(AssertionError):

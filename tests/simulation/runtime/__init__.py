@@ -30,6 +30,7 @@ from django_redis_lock.primitives.background import dead_holders, process_record
 from ..choices import Choices
 from ..simulation import NO_FAULTS, Faults
 from ..world import World
+from . import cluster
 from .aio import async_twin
 from .connection import SimulatedConnection
 from .guarded import cast_guards
@@ -64,6 +65,9 @@ def alias_of(world: World) -> str:
     return QUORUM_ALIAS if world.name == "quorum" else "default"
 
 
+SOCKET_TIMEOUT = 1.0
+
+
 def _caches(world: World) -> dict[str, Any]:
     """One cache per server of the world, its connections the simulated network's: on one
     server, ``default``; a quorum's members ``m1``, ``m2``... (and ``default``, the first)."""
@@ -73,8 +77,8 @@ def _caches(world: World) -> dict[str, Any]:
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": url,
             "OPTIONS": {
-                "SOCKET_TIMEOUT": 1.0,
-                "SOCKET_CONNECT_TIMEOUT": 1.0,
+                "SOCKET_TIMEOUT": SOCKET_TIMEOUT,
+                "SOCKET_CONNECT_TIMEOUT": SOCKET_TIMEOUT,
                 "CONNECTION_POOL_KWARGS": {"connection_class": SimulatedConnection},
             },
         }
@@ -86,6 +90,8 @@ def _caches(world: World) -> dict[str, Any]:
 
 
 def _lock_settings(world: World) -> dict[str, Any]:
+    if world.name == "cluster":  # (the client a user gives for a Cluster: cluster.py)
+        return {"DJANGO_REDIS_LOCK_CONNECTION_FACTORY": f"{cluster.__name__}.factory"}
     if world.name != "quorum":
         return {}
     members = [f"m{i + 1}" for i in range(len(world.nodes))]
@@ -111,6 +117,8 @@ def _configured(world: World) -> Iterator[None]:
         # own (primitives/eviction.py), which would add an INFO to the first schedules only.
         for alias in (*caches, alias_of(world)):
             eviction.advised.claim(alias)
+        if world.name == "cluster":
+            cluster.prepare(world, SOCKET_TIMEOUT)
         try:
             yield
         finally:
@@ -189,10 +197,13 @@ def run_runtime_schedule(
         # The async clients over the simulated network (twins.twin carries a real
         # connection class over, and refuses any other).
         stack.enter_context(_patched(clients, "twin", async_twin))
+        # (A quorum's async client runs each request in a worker thread, and a Cluster's
+        # asyncio client has no simulated connection: their async clients are not simulated.)
+        asynchronous = world.name == "server"
         if workload == "guards":
-            cast_guards(simulation, choices, asynchronous=world.name != "quorum")
+            cast_guards(simulation, choices, asynchronous=asynchronous)
         elif workload == "tasks":
-            cast_tasks(simulation, choices, asynchronous=world.name != "quorum")
+            cast_tasks(simulation, choices, asynchronous=asynchronous)
         else:
             cast(simulation, workload, choices)
         simulation.run()

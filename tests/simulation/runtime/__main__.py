@@ -29,12 +29,15 @@ from ..simulation import FAULTS_ON, NO_FAULTS, SimulationFailed
 from ..topology import simulated_topology
 from ..world import World, WorldFault
 from . import WORKLOADS, run_runtime_schedule
+from .guarded import REPLAY_BUDGET_TAG
 
 # The topologies the runtime simulation runs on, and the workloads each runs: a quorum has
 # no semaphores (quorum mode refuses them) and no asyncio clients here (its async client runs
 # each request in a worker thread, outside the simulation's threads).
-TOPOLOGIES = ("server", "quorum")
+TOPOLOGIES = ("server", "quorum", "cluster")
 QUORUM_WORKLOADS = ("lock", "fair", "many", "want_result", "guards", "tasks")
+# A Cluster: every workload but the asyncio clients' (cluster.py).
+CLUSTER_WORKLOADS = ("lock", "fair", "semaphore", "many", "want_result", "guards", "tasks")
 
 # The suite's share: seeds 0 to SHARE - 1 of each workload, faults on and off, on one
 # server; QUORUM_SHARE of each on a quorum (its waiters poll: longer schedules). ~25 s.
@@ -77,6 +80,7 @@ PLANTED: dict[str, tuple[int, int]] = {
     "a leave interrupted again keeps a lease handed to it": (2416, 20),  # 2430
     "a job's record is the key's": (20, 20),  # 34
     "an interrupted quorum script never goes out whole": (1952, 12),  # 1962 (quorum)
+    "a wake-up pushed without its expiry": (0, 20),
 }
 # Where a planted mutation is looked for, when not on one server.
 TOPOLOGY_OF: dict[str, str] = {
@@ -86,7 +90,7 @@ TOPOLOGY_OF: dict[str, str] = {
 
 
 def workloads_on(topology: str) -> tuple[str, ...]:
-    return QUORUM_WORKLOADS if topology == "quorum" else WORKLOADS
+    return {"quorum": QUORUM_WORKLOADS, "cluster": CLUSTER_WORKLOADS}.get(topology, WORKLOADS)
 
 
 class _Worlds:
@@ -98,7 +102,11 @@ class _Worlds:
     def __getitem__(self, topology: str) -> World:
         if topology not in self.started:
             directory = tempfile.mkdtemp(prefix=f"simulate-runtime-{topology}-")
-            self.started[topology] = simulated_topology(topology, directory)
+            # (A Cluster's slot stays where it is: moves are the flows' simulation's.)
+            options: dict[str, Any] = {}
+            if topology == "cluster":  # (and the guards' budgets have a clock: guarded.py)
+                options = {"moves": False, "clocks": (REPLAY_BUDGET_TAG,)}
+            self.started[topology] = simulated_topology(topology, directory, **options)
         return self.started[topology]
 
     def stop(self) -> None:

@@ -19,6 +19,12 @@ from ..world import Snapshot, aged, taken
 from .processes import SimulatedProcess
 from .threads import Actor, Interrupted
 
+# How late a link's requests arrive, ms. 800 and 2500 arrive after the lease they renew has
+# ended (a lease of 1 s or 3 s is renewed with two thirds of it left) and before the lease
+# the renewal would give has (a holder that is told "renewed" still believes it holds): the
+# renewal must then find the lock someone else's.
+LATE_MS = (300, 800, 2000, 2500, 8000)
+
 __all__ = ["FaultInjection"]
 
 
@@ -51,7 +57,7 @@ class FaultInjection:
         if kind == "late":  # (what it sent, and will send, arrives that much later: TCP order)
             sim.slow_replies += 1
             link.process.slow_replies += 1
-            link.late_until_us = sim.now_us + sim.choices.pick((300, 2000, 8000)) * 1000
+            link.late_until_us = sim.now_us + sim.choices.pick(LATE_MS) * 1000
             sim.trace.add(sim.now_us, str(link.process), f"{link}'s requests are LATE")
             return
         if kind == "slow":

@@ -50,6 +50,7 @@ from .programs import (
     async_process,
     async_work,
     held,
+    in_slot,
     plan_crash,
     stop_acting,
     work,
@@ -59,6 +60,9 @@ from .threads import Interrupted
 __all__ = ["cast_guards"]
 
 GROUP = "sim.order"
+# The tag of the guards' budgets of kept responses (``keys.replay_budget_key``): their own
+# Cluster slot, given a clock there (a wrong one fails every guards schedule on a Cluster).
+REPLAY_BUDGET_TAG = "{!replay-budget}"
 PEOPLE = ("ann", "bob", "cy")
 OFFICE = {"ann": "office-a", "bob": "office-a", "cy": "office-b"}  # ann and bob share one
 ITEMS = ("book", "pen")
@@ -107,10 +111,13 @@ class _Guards:
             kind="lock", names=("",), want_result=True, lease_ms=round(lease * 1000),
             wait_ms=round(wait * 1000), work_ms=self.work_ms,
         )  # fmt: skip
+        # (On a Cluster, in the schedule's slot: programs.in_slot.)
+        self.group = in_slot(sim, GROUP).format()
+        once = in_slot(sim, "job:{job}")
         self.view = self._guarded_view()
-        self.job = run_once("job:{job}", ttl=self.ttl, wait=self.wait)(self._job_body)
+        self.job = run_once(once, ttl=self.ttl, wait=self.wait)(self._job_body)
         self.async_view = self._guarded_view(asynchronous=True)
-        self.async_job = run_once("job:{job}", ttl=self.ttl, wait=self.wait)(self._async_job_body)
+        self.async_job = run_once(once, ttl=self.ttl, wait=self.wait)(self._async_job_body)
         _acquired.clear()
         # (Connected by the first schedule of the guards, in a process that runs schedules.)
         lock_acquired.connect(_remember, weak=False, dispatch_uid="simulation-guards")
@@ -130,22 +137,22 @@ class _Guards:
 
     def _lock_names(self) -> list[str]:
         """Every lock a request or job of the schedule may take (the ledger watches each)."""
-        names = {f"once:job:{job}" for job in JOBS}
+        names = {"once:" + in_slot(self.sim, "job:{job}").format(job=job) for job in JOBS}
         scope = "personal" if self.personal else "shared"
         for person in PEOPLE:
             identity = self.identity(self.request(person, ITEMS[0], None))
             for item in ITEMS:
                 fingerprint = request_fingerprint(self.request(person, item, None))
-                names.add(submission_lock_name(GROUP, scope, identity, fingerprint))
+                names.add(submission_lock_name(self.group, scope, identity, fingerprint))
             for key in filter(None, IDEMPOTENCY_KEYS):
-                names.add(submission_lock_name(GROUP, scope, identity, "key", key))
+                names.add(submission_lock_name(self.group, scope, identity, "key", key))
         return sorted(names)
 
     # -- the bodies ----------------------------------------------------------------------------
 
     def _guarded_view(self, *, asynchronous: bool = False) -> Callable[..., Any]:
         options = {
-            "key": self.identity, "group": GROUP, "wait": self.wait, "timeout": self.timeout,
+            "key": self.identity, "group": self.group, "wait": self.wait, "timeout": self.timeout,
             "hold": self.hold, "idempotency_header": "Idempotency-Key" if self.idempotency
             else None,
         }  # fmt: skip

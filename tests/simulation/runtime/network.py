@@ -44,7 +44,7 @@ __all__ = [
 
 SCRIPT_NAMES = (
     "take", "take_many", "join", "release", "extend", "extend_many",
-    "permit_acquire", "permit_release", "permit_extend",
+    "permit_acquire", "permit_release", "permit_extend", "wake",
     "charge_replay",  # (the guards': the budgets of kept responses)
 )  # fmt: skip
 

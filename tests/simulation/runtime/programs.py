@@ -22,6 +22,7 @@ from typing import Any
 from django_redis_lock import (
     Lock,
     LockBackendError,
+    LockError,
     LockNotOwned,
     Semaphore,
     aclose_async_redis_clients,
@@ -37,7 +38,7 @@ from .threads import Interrupted
 
 __all__ = [
     "ARRIVALS_MS", "RETURN_US", "WORKLOADS", "Role", "async_process", "async_work", "cast", "held",
-    "plan_crash", "release_failed", "stop_acting", "work",
+    "in_slot", "plan_crash", "release_failed", "stop_acting", "work",
 ]  # fmt: skip
 
 WORKLOADS = ("lock", "fair", "semaphore", "many", "want_result", "async")
@@ -66,6 +67,8 @@ class Role:
     limit: int = 1  # a semaphore's permits
     # claim(want_result=True), release(result=...): the guards' way (double submit, run once)
     want_result: bool = False
+    # extend() by hand while working, when a third of the lease is left (a long loop's way)
+    extends: bool = False
 
 
 def cast(sim: Any, workload: str, choices: Choices) -> None:
@@ -118,6 +121,13 @@ def _cast_async(sim: Any, kind: str, names: tuple[str, ...], choices: Choices, l
         sim.add_client(loop, process, async_process(sim, programs), 0)
 
 
+def in_slot(sim: Any, text: str) -> str:
+    """``text`` (a name or a guard's key) with the simulation's hash tag on a Cluster, so that
+    every key of the schedule is in the slot its world watches; elsewhere as it is. Braces
+    doubled: a guard's key is a format string."""
+    return "{{sim}}" + text if sim.world.name == "cluster" else text
+
+
 def plan_crash(sim: Any, process: Any, choices: Choices, arrival: int) -> None:
     if choices.chance(20):  # (a crash planned a while after it arrives: often in line)
         process.crash_at_us = sim.now_us + (arrival + choices.pick((5, 300, 1500))) * 1000
@@ -139,6 +149,7 @@ def _role(workload: str, names: tuple[str, ...], choices: Choices, limit: int) -
         work_ms=choices.pick((500, 10, 2500, 12_000)),
         rounds=choices.number(1, 2),
         limit=limit,
+        extends=choices.chance(25),
     )
 
 
@@ -325,16 +336,41 @@ def _until_us(primitive: Any) -> int:
 
 
 def work(sim: Any, primitive: Any, holds: list[Any], role: Role) -> None:
-    """Act on the resource every sixth of the lease, while the lock says it may."""
+    """Act on the resource every sixth of the lease, while the lock says it may; with
+    ``role.extends``, ``extend()`` when a third of the lease is left, then act at once on the
+    lease it gave (a lease the extension found another's must stop the acts)."""
     end = sim.now_us + role.work_ms * 1000
     while (pause := _act(sim, primitive, holds, role, end)) is not None:
+        if _extend_due(sim, primitive, role):
+            try:
+                primitive.extend()
+            except (LockError, Interrupted) as error:
+                _extend_failed(sim, holds, error)
+                return
+            continue
         time.sleep(pause)
 
 
 async def async_work(sim: Any, primitive: Any, holds: list[Any], role: Role) -> None:
     end = sim.now_us + role.work_ms * 1000
     while (pause := _act(sim, primitive, holds, role, end)) is not None:
+        if _extend_due(sim, primitive, role):
+            try:
+                await primitive.aextend()
+            except LockError as error:
+                _extend_failed(sim, holds, error)
+                return
+            continue
         await asyncio.sleep(pause)
+
+
+def _extend_due(sim: Any, primitive: Any, role: Role) -> bool:
+    return role.extends and _until_us(primitive) - sim.now_us <= role.lease_ms * 1000 // 3
+
+
+def _extend_failed(sim: Any, holds: list[Any], error: BaseException) -> None:
+    """The work stops: the lease is another's (or may be)."""
+    sim.trace.add(sim.now_us, holds[0].client if holds else "", f"extend failed: {error!r}")
 
 
 def _act(sim: Any, primitive: Any, holds: list[Any], role: Role, end: int) -> float | None:

@@ -46,7 +46,16 @@ from django_redis_lock.task_guards import (
 
 from ..choices import Choices
 from ..ledger import LockFacts
-from .programs import Role, async_process, async_work, held, plan_crash, stop_acting, work
+from .programs import (
+    Role,
+    async_process,
+    async_work,
+    held,
+    in_slot,
+    plan_crash,
+    stop_acting,
+    work,
+)
 from .threads import Interrupted
 
 __all__ = ["cast_tasks"]
@@ -180,8 +189,8 @@ def cast_tasks(sim: Any, choices: Choices, *, asynchronous: bool = True) -> None
     mode = choices.pick(MODES)
     lease = choices.pick((None, 1, 3))
     guard = TaskGuard(
-        TASK, _task, label="simulated task", guard=mode, guard_key="{key}", on_duplicate=SKIP,
-        guard_timeout=lease,
+        TASK, _task, label="simulated task", guard=mode, guard_key=in_slot(sim, "{key}"),
+        on_duplicate=SKIP, guard_timeout=lease,
     )  # fmt: skip
     work_ms = choices.pick((10, 500, 2500))
     role = Role(

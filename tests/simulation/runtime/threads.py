@@ -37,6 +37,7 @@ __all__ = [
     "Interrupted",
     "Scheduler",
     "SimulatedCondition",
+    "SimulatedRLock",
     "SimulatedThread",
     "Stuck",
     "Wait",
@@ -197,6 +198,55 @@ def _blocking(wait: Wait) -> None:
     if actor is None:
         raise RuntimeError("only a simulated thread may block on simulated time")
     actor.block(wait)
+
+
+class SimulatedRLock:
+    """``threading.RLock`` for actors, held across a block (redis-py's Cluster client holds
+    one while it reads the slot map from a node): another actor that asks for it waits on the
+    scheduler until it is released, where a real lock would stall the schedule."""
+
+    def __init__(self) -> None:
+        self._owner: Any = None
+        self._count = 0
+        self._released = SimulatedCondition()
+
+    # How often a waiter looks again: the owner may be a thread of a process that crashed,
+    # which never releases it (simulated processes share the client that holds the lock).
+    LOOK_AGAIN = 0.01
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        me = threading.current_thread()
+        deadline = None if timeout < 0 else _monotonic() + timeout
+        while not self._free_for(me):
+            left = self.LOOK_AGAIN if deadline is None else deadline - _monotonic()
+            if not blocking or left <= 0:
+                return False
+            self._released.wait(min(left, self.LOOK_AGAIN))
+        self._owner = me
+        self._count += 1
+        return True
+
+    def _free_for(self, me: Any) -> bool:
+        if self._owner is None or self._owner is me:
+            return True
+        actor = getattr(self._owner, "actor", None)
+        if actor is not None and actor.process is not None and actor.process.crashed:
+            self._owner, self._count = None, 0  # (gone with its process, as its memory would)
+            return True
+        return False
+
+    def release(self) -> None:
+        assert self._owner is threading.current_thread(), "released by another thread"
+        self._count -= 1
+        if not self._count:
+            self._owner = None
+            self._released.notify()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def _monotonic() -> float:
