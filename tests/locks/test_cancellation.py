@@ -24,16 +24,26 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
+import redis
 from django.test import AsyncRequestFactory
+from redis.cluster import RedisCluster
 from redis.connection import Connection
 
-from django_redis_lock import Lock, LockNotOwned, Semaphore, lock_contended, lock_many
+from django_redis_lock import (
+    Lock,
+    LockNotOwned,
+    Semaphore,
+    get_redis_client,
+    lock_contended,
+    lock_many,
+)
 from django_redis_lock.primitives.background import process_records
 from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.task_guards import reservations
 from django_redis_lock.task_guards.policy import TaskGuard
 from django_redis_lock.task_guards.runs import GuardedRun, Verdict
 from tests.conftest import django_redis_caches
+from tests.support import factories
 from tests.support.helpers import keys_without_ttl, run_async, wait_until
 from tests.support.proxy import DROP_REPLIES, PASS
 from tests.support.topologies import QUORUM_MEMBERS
@@ -597,6 +607,41 @@ def test_a_sync_quorum_acquire_interrupted_at_any_step_holds_or_leaves_nothing(
             assert keys_without_ttl(client) == []
 
     assert interrupted_everywhere(InterruptingConnection, lock.acquire, check) >= 4
+
+
+def test_a_sync_cluster_acquire_interrupted_at_any_step_holds_or_leaves_nothing(
+    settings, redis_cluster
+):
+    """Redis Cluster: an acquisition interrupted with its request out gives back what it took,
+    behind the request on the node's own connection (the Cluster client's connection is its
+    own: a give-back on another could overtake the request)."""
+    factories.cluster_url[:] = [redis_cluster.startup_url]
+    factories.cluster_connection_class[:] = [InterruptingConnection]
+    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.support.factories.cluster_client"
+    clients = [redis.Redis.from_url(server.url) for server in redis_cluster.servers]
+    cluster = RedisCluster.from_url(redis_cluster.startup_url)
+    name = fresh("sync-cluster")
+    lock = Lock(name, timeout=30, wait=1, fencing=True)  # (a script, and its give-back)
+    key = lock_keys(name, "default").lease
+
+    def check(interrupted, result):
+        if not interrupted:
+            assert result is True
+            lock.release()
+        assert lock.token is None
+        wait_until(lambda: not cluster.exists(key), 5, f"no lease of {name}")
+        for client in clients:
+            assert keys_without_ttl(client) == []
+
+    try:
+        get_redis_client()  # (the slot map read before the steps are counted)
+        assert interrupted_everywhere(InterruptingConnection, lock.acquire, check) >= 4
+    finally:
+        InterruptingConnection.interrupt_at = 0
+        factories.cluster_connection_class.clear()
+        get_redis_client().close()
+        for client in (*clients, cluster):
+            client.close()
 
 
 def test_a_quorum_release_interrupted_twice_where_its_script_is_not_loaded_releases(

@@ -11,6 +11,7 @@ from django_redis_lock.backends.scripts import (
     PERMIT_ACQUIRE,
     QUEUE_TTL_MS,
     RELEASE,
+    WAKE,
 )
 from django_redis_lock.backends.wire import execute, execute_many, pack
 from django_redis_lock.primitives.keys import lock_keys, permit_keys
@@ -140,3 +141,15 @@ def test_a_permit_request_after_its_own_leave_takes_and_queues_nothing(
     assert redis_client.zcard(keys.lease) == 0  # no permit taken by nobody
     assert redis_client.lrange(keys.queue, 0, -1) == []
     assert _permit(redis_client, keys, "other", 1)[0] == 1
+
+
+def test_wake_pushes_each_message_with_its_lists_expiry(redis_client):
+    """``wake.lua``: a release's wake-ups for waiters it did not expect, each list with its
+    message and its expiry in one step (a push without its expiry could be left for ever)."""
+    keys = lock_keys("wake-script", "default")
+    lists = (keys.wake("w1"), keys.wake("w2"))
+    assert WAKE(redis_client, lists, ["0|3000|0|w2", 3000, "", 1000]) == 2
+    assert redis_client.lrange(lists[0], 0, -1) == [b"0|3000|0|w2"]
+    assert redis_client.lrange(lists[1], 0, -1) == [b""]
+    assert 0 < redis_client.pttl(lists[0]) <= 3000
+    assert 0 < redis_client.pttl(lists[1]) <= 1000

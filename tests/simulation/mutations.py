@@ -254,6 +254,16 @@ CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
         "            if False:",
         "guards",
     ),
+    # On a Cluster, a sync acquisition whose reply is not read (interrupted, timed out) sends
+    # no give-back: what it took is held by nobody for a lease (found by this simulation on
+    # a Cluster).
+    "a cluster acquisition interrupted keeps what it took": (
+        "django_redis_lock.backends.wire",
+        "execute_on_cluster",
+        "    if if_silent is not None:\n        try:",
+        "    if False:\n        try:",
+        "lock",
+    ),
     # The watch for dead holders (runtime/host.py). lock_many takes its members in one
     # script without writing this process's record first: its death is never seen (found by
     # this simulation), and its locks wait out their leases.

@@ -21,11 +21,16 @@ def not_a_client(alias: str) -> object:
 cluster_url: list[str] = []
 
 
+cluster_connection_class: list[type] = []
+
+
 def cluster_client(alias: str):
-    """A RedisCluster client for the test cluster (tests set ``cluster_url``)."""
+    """A RedisCluster client for the test cluster (tests set ``cluster_url``, and may set
+    ``cluster_connection_class``)."""
     from redis.cluster import RedisCluster
 
-    return RedisCluster.from_url(cluster_url[0])
+    options = {"connection_class": cluster_connection_class[0]} if cluster_connection_class else {}
+    return RedisCluster.from_url(cluster_url[0], **options)
 
 
 valkey_location: list[str] = []

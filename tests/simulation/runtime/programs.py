@@ -49,6 +49,10 @@ TAG = "{sim}"  # every name's keys in one hash slot, and the scripts' clock of t
 # clients' steps the schedule puts between them. No slack beyond that: the blocking waits'
 # lengths are exact in simulated time.
 RETURN_US = 100
+# A client's lease, ms; a group's may be short too (half a second: a member's renewals fail
+# for a lease's length more often while the group waits for another member).
+LEASES_MS = (3000, 1000, 10_000)
+MANY_LEASES_MS = (3000, 1000, 10_000, 500)
 # When a client arrives, in ms after the schedule starts: together, just after, in line, late.
 ARRIVALS_MS = (0, 0, 5, 400, 2500)
 
@@ -144,7 +148,7 @@ def _role(workload: str, names: tuple[str, ...], choices: Choices, limit: int) -
         fencing=workload in ("lock", "fair", "want_result") and choices.chance(30),
         want_result=workload == "want_result",
         renew=choices.chance(50),
-        lease_ms=choices.pick((3000, 1000, 10_000)),
+        lease_ms=choices.pick(MANY_LEASES_MS if workload == "many" else LEASES_MS),
         wait_ms=choices.pick((2000, 0, 500, 8000)),
         work_ms=choices.pick((500, 10, 2500, 12_000)),
         rounds=choices.number(1, 2),
