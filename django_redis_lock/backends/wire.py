@@ -19,7 +19,15 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, cast
 
 from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelConnectionPool
-from redis.exceptions import AskError, MovedError, RedisClusterException, RedisError, ResponseError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import SentinelConnectionPool
 
@@ -228,8 +236,9 @@ def execute_on_cluster(
     connection (:func:`execute`): its reply not read (interrupted, timed out), the give-back
     follows it there, and the node runs it right after the command, as one server does. (The
     Cluster client's connection is its own: a give-back sent on another could overtake the
-    command and leave what it took held by nobody.) A MOVED or ASK there (the command did not
-    run) is followed by the Cluster client."""
+    command and leave what it took held by nobody.) A MOVED, ASK, TRYAGAIN or CLUSTERDOWN
+    there (the command did not run) is left to the Cluster client, which follows or waits
+    them out."""
     key = _routing_key(args)
     if key is None:
         return cluster.execute_command(*args)
@@ -237,9 +246,17 @@ def execute_on_cluster(
         try:
             return execute(node_client(cluster, key), *args, if_silent=if_silent)
         except ResponseError as error:
-            if not redirected(error):
+            if not (redirected(error) or _not_now(error)):
                 raise
     return cluster.execute_command(*args, target_nodes=cluster.get_node_from_key(key))
+
+
+def _not_now(error: ResponseError) -> bool:
+    """``TRYAGAIN`` (a script's keys split by a slot being moved) or ``CLUSTERDOWN``: not run,
+    to be sent again later (redis-py before 6 raises them as plain ``ResponseError``)."""
+    return isinstance(error, TryAgainError | ClusterDownError) or str(error).startswith(
+        ("TRYAGAIN", "CLUSTERDOWN")
+    )
 
 
 def _routing_key(args: Sequence[Any]) -> Any:
