@@ -18,19 +18,19 @@ from ..core.renewal import RenewedLease
 from ..core.requests import Block, Eval
 from .acl import CLUSTER_CLIENT_COMMANDS
 from .base import aone_by_one, one_by_one, shortened
-from .inflight import carried
-from .renewal import extend_on_nodes
-from .scripts import Script
-from .server import AsyncServerBackend, Server, ServerBackend
-from .waits import await_wake_on_cluster, wait_for_wake
-from .wire import (
+from .cluster_wire import (
     aexecute_on_cluster,
-    drop_stale_connections,
     execute_on_cluster,
     node_client,
     redirected,
     reread_slot_map,
 )
+from .inflight import carried
+from .renewal import extend_on_nodes
+from .scripts import Script
+from .server import AsyncServerBackend, Server, ServerBackend
+from .waits import await_wake_on_cluster, wait_for_wake
+from .wire import drop_stale_connections
 
 __all__ = ["AsyncClusterBackend", "ClusterBackend", "one_slot"]
 
@@ -51,7 +51,7 @@ class ClusterBackend(ServerBackend):
 
     def send(self, *args: Any, **options: Any) -> Any:
         # The socket timeout applies, not a reply budget; a give-back (if_silent) follows its
-        # request on the node's connection: see wire.execute_on_cluster.
+        # request on the node's connection: see cluster_wire.execute_on_cluster.
         return execute_on_cluster(self.client, *args, if_silent=options.get("if_silent"))
 
     def send_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:

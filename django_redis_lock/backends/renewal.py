@@ -15,8 +15,9 @@ from ..conf import lock_settings
 from ..core.release import WaitRefused
 from ..core.renewal import RenewedLease
 from .base import SCRIPTS
+from .cluster_wire import node_client
 from .scripts import EXTEND, EXTEND_MANY, Script
-from .wire import execute, execute_many, node_client
+from .wire import execute, execute_many
 
 __all__ = ["Renewing", "extend_many", "extend_on_nodes", "pipelined", "renew"]
 

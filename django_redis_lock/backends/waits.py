@@ -13,15 +13,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .cluster_wire import aexecute_on_cluster, redirected
 from .wire import (
     aborrowed,
-    aexecute_on_cluster,
     borrowed,
     give_back_behind,
     no_reply,
     pack,
     pack_all,
-    redirected,
     socket_timeout_of,
     sooner,
 )
@@ -77,7 +76,7 @@ def wait_for_wake(
     on_interrupted: Callable[[], None] | None = None,
 ) -> Any:
     """Block until something is pushed on ``key`` (returns it) or ``seconds`` pass (None), on
-    one server's client (on a Cluster: the key's node's, ``wire.node_client``).
+    one server's client (on a Cluster: the key's node's, ``cluster_wire.node_client``).
 
     A wait interrupted by a failover also returns None, after calling ``on_interrupted`` (a
     Cluster reads its slot map again): the caller asks the lock again, which fails at once if

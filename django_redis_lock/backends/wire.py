@@ -3,10 +3,10 @@
 Not redis-py's ``execute_command``, which retries after a timeout or a dropped connection (and
 could run a lock script twice): a lock command is tried once, and the caller decides what a
 failure means (:func:`request_sent` says whether a failed one may have run all the same). Also
-here: several commands in one round trip, and what to do after a failover (ask Sentinel, read
-the Cluster slot map again). A write confirmed by replicas (``WAIT``) is in ``replicas.py``; the
-waiters' blocking wait for a wake-up is in ``waits.py``; the Lua scripts sent this way are in
-``scripts.py``.
+here: several commands in one round trip, and what to do after a failover (ask Sentinel).
+A Redis Cluster's way is ``cluster_wire.py``; a write confirmed by replicas (``WAIT``) is in
+``replicas.py``; the waiters' blocking wait for a wake-up is in ``waits.py``; the Lua scripts
+sent this way are in ``scripts.py``.
 """
 
 from __future__ import annotations
@@ -20,13 +20,8 @@ from typing import Any, cast
 
 from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelConnectionPool
 from redis.exceptions import (
-    AskError,
-    ClusterDownError,
-    MovedError,
-    RedisClusterException,
     RedisError,
     ResponseError,
-    TryAgainError,
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import SentinelConnectionPool
@@ -38,22 +33,17 @@ __all__ = [
     "adrop_stale_connections",
     "aexecute",
     "aexecute_many",
-    "aexecute_on_cluster",
     "borrowed",
     "drop_stale_connections",
     "execute",
     "execute_many",
     "execute_many_on",
-    "execute_on_cluster",
     "follow_sentinel",
     "give_back_behind",
     "no_reply",
-    "node_client",
     "pack",
     "pack_all",
-    "redirected",
     "request_sent",
-    "reread_slot_map",
     "socket_timeout_of",
     "sooner",
 ]
@@ -220,60 +210,6 @@ def give_back_behind(
             connection.send_packed_command([pack_all(if_silent())], check_health=False)
 
 
-def execute_on_cluster(
-    cluster: Any,
-    *args: Any,
-    if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
-    **ignored: Any,
-) -> Any:
-    """:func:`execute` on a Redis Cluster client: to the node of the command's key. With its
-    node named, redis-py sends the command once (still following MOVED and ASK, which mean it
-    did not run) instead of retrying it after a timeout or a dropped connection, when it may
-    have run. A command with no key (``SCRIPT LOAD``) goes where redis-py sends it (every
-    primary). ``reply_timeout`` is not applied: the socket timeout is.
-
-    With ``if_silent`` (an acquisition's give-back), the command goes on its node's own
-    connection (:func:`execute`): its reply not read (interrupted, timed out), the give-back
-    follows it there, and the node runs it right after the command, as one server does. (The
-    Cluster client's connection is its own: a give-back sent on another could overtake the
-    command and leave what it took held by nobody.) A MOVED, ASK, TRYAGAIN or CLUSTERDOWN
-    there (the command did not run) is left to the Cluster client, which follows or waits
-    them out."""
-    key = _routing_key(args)
-    if key is None:
-        return cluster.execute_command(*args)
-    if if_silent is not None:
-        try:
-            return execute(node_client(cluster, key), *args, if_silent=if_silent)
-        except ResponseError as error:
-            if not (redirected(error) or _not_now(error)):
-                raise
-    return cluster.execute_command(*args, target_nodes=cluster.get_node_from_key(key))
-
-
-def _not_now(error: ResponseError) -> bool:
-    """``TRYAGAIN`` (a script's keys split by a slot being moved) or ``CLUSTERDOWN``: not run,
-    to be sent again later (redis-py before 6 raises them as plain ``ResponseError``)."""
-    return isinstance(error, TryAgainError | ClusterDownError) or str(error).startswith(
-        ("TRYAGAIN", "CLUSTERDOWN")
-    )
-
-
-def _routing_key(args: Sequence[Any]) -> Any:
-    """The key a command of ours is routed by on a Redis Cluster (None: no key)."""
-    name = str(args[0]).upper()
-    if name in ("EVALSHA", "EVAL"):
-        return args[3] if int(args[2]) else None
-    return args[1] if name != "SCRIPT" and len(args) > 1 else None
-
-
-def node_client(cluster: Any, key: str) -> Any:
-    """The plain client of the current primary of ``key``'s slot on a Redis Cluster (``WAIT``
-    must follow the write on the same connection, which the cluster client's own routing does
-    not promise; a blocking wait is timed on the node's own pool)."""
-    return cluster.get_redis_connection(cluster.get_node_from_key(key))
-
-
 def follow_sentinel(pool: Any) -> bool:
     """For a Sentinel pool (False for any other): ask Sentinel where the primary is now. If it
     moved, redis-py drops the pool's idle connections to the old one, and closes the others
@@ -283,13 +219,6 @@ def follow_sentinel(pool: Any) -> bool:
     with contextlib.suppress(RedisError):
         cast(Any, pool).get_master_address()  # untyped in redis-py
     return True
-
-
-def reread_slot_map(cluster: Any) -> None:
-    """A Redis Cluster client whose slot moved or whose primary failed: read the slot map
-    again, so that the next call goes to the slot's owner now."""
-    with contextlib.suppress(RedisError, RedisClusterException):
-        cluster.nodes_manager.initialize()
 
 
 def drop_stale_connections(client: Any) -> None:
@@ -351,14 +280,6 @@ async def aexecute_many(client: Any, commands: Sequence[Sequence[Any]]) -> list[
     return replies
 
 
-def redirected(error: RedisError) -> bool:
-    """``MOVED`` or ``ASK``: redis-py before 6 raises them as plain ``ResponseError`` outside
-    its Cluster client."""
-    return isinstance(error, MovedError | AskError) or (
-        isinstance(error, ResponseError) and str(error).startswith(("MOVED ", "ASK "))
-    )
-
-
 async def aexecute(
     client: Any,
     *args: Any,
@@ -377,18 +298,6 @@ async def aexecute(
         _aexecute_once(client, args, if_silent), reply_timeout=reply_timeout,
         give_back=give_back, gives_back_when_cut=True,
     )  # fmt: skip
-
-
-async def aexecute_on_cluster(cluster: Any, *args: Any, **ignored: Any) -> Any:
-    """:func:`execute_on_cluster` for ``redis.asyncio``'s Cluster client."""
-    key = _routing_key(args)
-    if key is None:
-        if str(args[0]).upper() == "SCRIPT" and str(args[1]).upper() == "LOAD":
-            return await cluster.script_load(args[2])  # on every primary
-        return await cluster.execute_command(*args)
-    # The asyncio client reads the slot map on first use, not when built.
-    await cluster.initialize()
-    return await cluster.execute_command(*args, target_nodes=cluster.get_node_from_key(key))
 
 
 async def _aexecute_once(

@@ -258,10 +258,10 @@ CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
     # no give-back: what it took is held by nobody for a lease (found by this simulation on
     # a Cluster).
     "a cluster acquisition interrupted keeps what it took": (
-        "django_redis_lock.backends.wire",
+        "django_redis_lock.backends.cluster_wire",
         "execute_on_cluster",
-        "    if if_silent is not None:\n        try:",
-        "    if False:\n        try:",
+        "        if if_silent is not None:\n            try:",
+        "        if False:\n            try:",
         "lock",
     ),
     # The watch for dead holders (runtime/host.py). lock_many takes its members in one

@@ -13,12 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis.cluster import RedisCluster
+from redis.cluster import NodesManager, RedisCluster
 
 from .connection import SimulatedConnection
 from .threads import SimulatedRLock
 
-__all__ = ["factory", "prepare"]
+__all__ = ["SIMULATED", "factory", "prepare"]
+
+# Whether this redis-py guards its slot map's reading again (redis-py 8: its
+# ``_initialization_lock``). Before, two threads of one client reading it at once break each
+# other's read ("dictionary changed size during iteration", redis-py's own race, which the
+# simulation's crashes and cuts bring about): a Cluster is simulated on such versions only.
+SIMULATED = "_initialization_lock" in NodesManager.__init__.__code__.co_names
 
 _prepared: list[RedisCluster] = []
 

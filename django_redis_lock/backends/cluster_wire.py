@@ -1,0 +1,127 @@
+"""How the lock engine's commands reach a Redis Cluster (``redis.cluster.RedisCluster`` and its
+asyncio twin): each to the node of its key, sent once, MOVED and ASK followed by the Cluster
+client; an acquisition's on the node's own connection, so that its give-back can follow it
+there; the node's own client for what must stay on one connection; the slot map read again
+after a failover. One server's (and Sentinel's) way is ``wire.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from .wire import execute
+
+__all__ = [
+    "aexecute_on_cluster",
+    "execute_on_cluster",
+    "node_client",
+    "redirected",
+    "reread_slot_map",
+]
+
+
+@contextlib.contextmanager
+def _unreachable_as_connection_errors() -> Iterator[None]:
+    """redis-py's ``RedisClusterException`` ("cannot be connected": no node answered as it
+    read the slot map again) is no ``RedisError``: raised as the connection error it is, so
+    that a lock operation says ``LockBackendError``, as for any Redis that cannot be reached."""
+    try:
+        yield
+    except RedisClusterException as error:
+        raise RedisConnectionError(str(error)) from error
+
+
+def execute_on_cluster(
+    cluster: Any,
+    *args: Any,
+    if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
+    **ignored: Any,
+) -> Any:
+    """:func:`execute` on a Redis Cluster client: to the node of the command's key. With its
+    node named, redis-py sends the command once (still following MOVED and ASK, which mean it
+    did not run) instead of retrying it after a timeout or a dropped connection, when it may
+    have run. A command with no key (``SCRIPT LOAD``) goes where redis-py sends it (every
+    primary). ``reply_timeout`` is not applied: the socket timeout is.
+
+    With ``if_silent`` (an acquisition's give-back), the command goes on its node's own
+    connection (:func:`execute`): its reply not read (interrupted, timed out), the give-back
+    follows it there, and the node runs it right after the command, as one server does. (The
+    Cluster client's connection is its own: a give-back sent on another could overtake the
+    command and leave what it took held by nobody.) A MOVED, ASK, TRYAGAIN or CLUSTERDOWN
+    there (the command did not run) is left to the Cluster client, which follows or waits
+    them out."""
+    key = _routing_key(args)
+    with _unreachable_as_connection_errors():
+        if key is None:
+            return cluster.execute_command(*args)
+        if if_silent is not None:
+            try:
+                return execute(node_client(cluster, key), *args, if_silent=if_silent)
+            except ResponseError as error:
+                if not (redirected(error) or _not_now(error)):
+                    raise
+        return cluster.execute_command(*args, target_nodes=cluster.get_node_from_key(key))
+
+
+def _not_now(error: ResponseError) -> bool:
+    """``TRYAGAIN`` (a script's keys split by a slot being moved) or ``CLUSTERDOWN``: not run,
+    to be sent again later (redis-py before 6 raises them as plain ``ResponseError``)."""
+    return isinstance(error, TryAgainError | ClusterDownError) or str(error).startswith(
+        ("TRYAGAIN", "CLUSTERDOWN")
+    )
+
+
+def _routing_key(args: Sequence[Any]) -> Any:
+    """The key a command of ours is routed by on a Redis Cluster (None: no key)."""
+    name = str(args[0]).upper()
+    if name in ("EVALSHA", "EVAL"):
+        return args[3] if int(args[2]) else None
+    return args[1] if name != "SCRIPT" and len(args) > 1 else None
+
+
+def node_client(cluster: Any, key: str) -> Any:
+    """The plain client of the current primary of ``key``'s slot on a Redis Cluster (``WAIT``
+    must follow the write on the same connection, which the cluster client's own routing does
+    not promise; a blocking wait is timed on the node's own pool)."""
+    return cluster.get_redis_connection(cluster.get_node_from_key(key))
+
+
+def reread_slot_map(cluster: Any) -> None:
+    """A Redis Cluster client whose slot moved or whose primary failed: read the slot map
+    again, so that the next call goes to the slot's owner now."""
+    with contextlib.suppress(RedisError, RedisClusterException):
+        cluster.nodes_manager.initialize()
+
+
+def redirected(error: RedisError) -> bool:
+    """``MOVED`` or ``ASK``: redis-py before 6 raises them as plain ``ResponseError`` outside
+    its Cluster client."""
+    return isinstance(error, MovedError | AskError) or (
+        isinstance(error, ResponseError) and str(error).startswith(("MOVED ", "ASK "))
+    )
+
+
+async def aexecute_on_cluster(cluster: Any, *args: Any, **ignored: Any) -> Any:
+    """:func:`execute_on_cluster` for ``redis.asyncio``'s Cluster client."""
+    key = _routing_key(args)
+    with _unreachable_as_connection_errors():
+        if key is None:
+            if str(args[0]).upper() == "SCRIPT" and str(args[1]).upper() == "LOAD":
+                return await cluster.script_load(args[2])  # on every primary
+            return await cluster.execute_command(*args)
+        # The asyncio client reads the slot map on first use, not when built.
+        await cluster.initialize()
+        return await cluster.execute_command(*args, target_nodes=cluster.get_node_from_key(key))
