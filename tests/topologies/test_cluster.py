@@ -12,7 +12,7 @@ import redis
 
 from django_redis_lock import Lock, LockBackendError, registry
 from django_redis_lock.primitives.keys import lock_keys
-from tests.support.helpers import RENEWED_LEASE, renewed_after
+from tests.support.helpers import RENEWED_LEASE, free_port, renewed_after
 
 
 def test_lock_keys_share_one_slot(on_cluster):
@@ -130,3 +130,19 @@ def test_lock_many_across_slots_takes_each_on_its_node(on_cluster):
     with lock_many(reversed(names)) as group:
         assert all(on_cluster.exists(lock_keys(name, "default").lease) for name in names)
     assert not group.held
+
+
+def test_a_cluster_that_cannot_be_reached_is_a_lock_backend_error(on_cluster):
+    """Every node gone (here: the client's addresses of them now lead nowhere): redis-py
+    reads the slot map again and raises its ``RedisClusterException``, which is no
+    ``RedisError``; the lock says ``LockBackendError``, as for one server."""
+    nowhere = free_port()
+    manager = on_cluster.nodes_manager
+    for node in [*manager.nodes_cache.values(), *manager.startup_nodes.values()]:
+        node.port = nowhere
+        if node.redis_connection is not None:
+            pool = node.redis_connection.connection_pool
+            pool.disconnect()
+            pool.connection_kwargs["port"] = nowhere
+    with pytest.raises(LockBackendError):
+        Lock("cluster-gone", timeout=5, wait=0).acquire()
