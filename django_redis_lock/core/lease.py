@@ -57,7 +57,9 @@ RESERVED = "queued"
 PENDING_JOB = "pending."
 
 
-_NOT_IN_JOB_IDS = re.compile(r"[\s|~]")
+# Whitespace, the token's separators, and lone surrogates (no UTF-8 for them: Redis could not
+# be sent a token or a key made of one).
+_NOT_IN_JOB_IDS = re.compile("[\\s|~\ud800-\udfff]")
 
 
 def job_id_checked(job_id: object) -> str:
@@ -68,7 +70,8 @@ def job_id_checked(job_id: object) -> str:
         )
     if not job_id or len(job_id) > 128 or _NOT_IN_JOB_IDS.search(job_id):
         raise ValueError(
-            f"job_id must be 1-128 characters with no whitespace, '|' or '~', not {job_id!r}."
+            f"job_id must be 1-128 characters with no whitespace, '|', '~' or lone surrogate, "
+            f"not {job_id!r}."
         )
     return job_id
 

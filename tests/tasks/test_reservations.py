@@ -190,7 +190,8 @@ def test_a_guard_is_written_in_the_record_and_a_longer_record_is_still_read(redi
         assert read_lease(redis_client, lease_key("plain")).owner.guard is None
 
 
-@pytest.mark.parametrize("job_id", ["a~b", "pending~"])
-def test_job_ids_with_the_separator_are_refused(job_id):
-    with pytest.raises(ValueError, match="'~'"):
+@pytest.mark.parametrize("job_id", ["a~b", "pending~", "a\ud800"])
+def test_job_ids_with_the_separator_or_no_utf8_are_refused(job_id):
+    """A clear error, not a token or a key Redis cannot be sent (a lone surrogate)."""
+    with pytest.raises(ValueError, match="'~' or lone surrogate"):
         reservations.reserve("x", job_id, ttl=1)
