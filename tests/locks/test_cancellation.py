@@ -373,6 +373,14 @@ def test_a_task_guard_s_start_cancelled_anywhere_leaves_its_run_key_free(redis_c
     until_and_while_executing), cancelled before its verdict: nobody calls its exit."""
 
     guard = TaskGuard("cancel.task", lambda x: None, label="", guard="until_and_while_executing")
+    done = _run_starts_swept(redis_client, guard)
+    assert done.cancelled >= 2, done
+
+
+def _run_starts_swept(redis_client, guard: TaskGuard) -> Sweep:
+    """``GuardedRun.aenter()`` of a job of ``guard``, cancelled at each point: its run key is
+    free after (a run that got its verdict exits first; one told RUN holds the key within its
+    lease, never one that ran out)."""
     names = guard.names((1,), {})
 
     async def main():
@@ -385,13 +393,14 @@ def test_a_task_guard_s_start_cancelled_anywhere_leaves_its_run_key_free(redis_c
 
         async def check(outcome):
             if not outcome.cancelled:
+                if outcome.result is Verdict.RUN:
+                    assert runs[-1].lock.held_until > time.monotonic()
                 await runs[-1].aexit()
             nothing_of_ours_held(redis_client, names.run)
 
         return await sweep(operation, check)
 
-    done = run_async(main())
-    assert done.cancelled >= 2, done
+    return run_async(main())
 
 
 def test_a_task_guard_s_start_cancelled_anywhere_as_it_takes_a_lapsed_key_again(
@@ -404,7 +413,6 @@ def test_a_task_guard_s_start_cancelled_anywhere_as_it_takes_a_lapsed_key_again(
     lease = 0.05
     guard = TaskGuard("cancel.lapsed", lambda x: None, label="",
                       guard="until_and_while_executing", guard_timeout=lease)  # fmt: skip
-    names = guard.names((1,), {})
     cancel = reservations.acancel
 
     async def stalled_cancel(*args, **kwargs):
@@ -412,25 +420,8 @@ def test_a_task_guard_s_start_cancelled_anywhere_as_it_takes_a_lapsed_key_again(
         return await cancel(*args, **kwargs)
 
     monkeypatch.setattr(reservations, "acancel", stalled_cancel)
-
-    async def main():
-        runs = []
-
-        def operation():
-            run = GuardedRun(guard, names, "job-1", requeued_as_is=False)
-            runs.append(run)
-            return run.aenter()
-
-        async def check(outcome):
-            if not outcome.cancelled:
-                assert outcome.result is Verdict.RUN
-                assert runs[-1].lock.held_until > time.monotonic()  # taken again: in its lease
-                await runs[-1].aexit()
-            nothing_of_ours_held(redis_client, names.run)
-
-        return await sweep(operation, check)
-
-    done = run_async(main())
+    done = _run_starts_swept(redis_client, guard)
+    assert all(o.result is Verdict.RUN for o in done.outcomes if not o.cancelled), done
     assert done.cancelled >= 4, done  # (taken, stalled, given back, taken again)
 
 
