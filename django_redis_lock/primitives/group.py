@@ -193,6 +193,13 @@ class LockGroup:
                         taken.remove(member)
                         yield from self._undo(taken)
                         return Claim(False, refusal=LockNotAcquired(member.name, waited=wait))
+            # A refresh learnt of only after the lease it gave had ended (its reply slower than
+            # the lease) gives nothing to count on, and a member may run out while a later
+            # one is refreshed: the group is held only while each member's lease is.
+            ended = next((member for member in taken if self._left(member) == 0), None)
+            if ended is not None:
+                yield from self._undo(taken)
+                return Claim(False, refusal=LockNotAcquired(ended.name, waited=wait))
         except GeneratorExit:
             raise
         except BaseException:

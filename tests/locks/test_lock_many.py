@@ -20,6 +20,8 @@ from django_redis_lock import (
     LockNotOwned,
     lock_many,
 )
+from django_redis_lock.backends import ServerBackend
+from django_redis_lock.core.requests import Eval
 from django_redis_lock.primitives.keys import hash_tag, lock_keys
 from tests.support.helpers import keys_left, lease_token, run_async, wait_until
 from tests.testapp.models import Account
@@ -382,4 +384,45 @@ def test_a_member_that_ran_out_unclaimed_is_not_held_either(redis_client):
     assert not group.held
     assert not redis_client.exists(lease("again:a"), lease("again:b"))
     # (the wake-up b's release pushed ends with its 1 s expiry)
+    wait_until(lambda: keys_left(redis_client) == [], 10, "nothing left")
+
+
+def test_a_refresh_learnt_of_after_its_lease_ended_does_not_hold_the_group(
+    redis_client, monkeypatch
+):
+    """Found by the runtime simulation on a Cluster: the group refreshes a member taken early
+    (a fixed lease, half of it gone while b was waited for), and that extension's reply comes
+    only after the lease it gave had ended by the group's own clock (here: held back at the
+    backend past it). The group said it held a member whose lease it could not count on; now
+    it is not held, and gives back what it took."""
+    extend = ServerBackend.perform
+
+    def slow_extensions(self, request):
+        reply = extend(self, request)
+        if isinstance(request, Eval) and request.script == "extend":
+            time.sleep(0.5)  # its reply past the 0.3 s it gave, counted from before it
+        return reply
+
+    other = Lock("late-refresh:b")
+    assert other.acquire()
+    group = lock_many(["late-refresh:a", "late-refresh:b"], timeout=0.3, wait=30, auto_renew=False)
+    outcome = []
+
+    def claim():
+        held = group.claim()
+        outcome.append((held, [m.held_until for m in group.locks]))
+
+    thread = threading.Thread(target=claim, daemon=True)
+    thread.start()
+    queue = lock_keys("late-refresh:b", "default").queue
+    wait_until(lambda: redis_client.llen(queue) == 1, 10, "the group in b's line")
+    wait_until(lambda: 0 < redis_client.pttl(lease("late-refresh:a")) < 120, 10, "a half gone")
+    monkeypatch.setattr(ServerBackend, "perform", slow_extensions)
+    other.release()  # the group takes b, refreshes a, and learns of it too late
+    thread.join(30)
+    ((held, untils),) = outcome
+    assert not held.acquired
+    assert not group.held
+    assert untils == [None, None]  # (given back)
+    assert held.refusal.name in group.names  # (one whose lease it cannot count on)
     wait_until(lambda: keys_left(redis_client) == [], 10, "nothing left")

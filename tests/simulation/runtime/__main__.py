@@ -53,7 +53,11 @@ CLUSTER_SHARE = 8
 # flows' simulation finds (``join forgets when it queued``) are in
 # tests/locks/test_simulation.py. Not looked for: ``a leave overtaken by its join`` (found at
 # seed 1022 until a join's give-back followed it whatever timed out: that now ends what a late
-# join took, and no seed of 0-9,999 shows the mark missing; tests/locks/test_scripts.py does).
+# join took, and no seed of 0-9,999 shows the mark missing; tests/locks/test_scripts.py does);
+# ``lock_many holds a member reported lost`` (found at 943, then 8,360, until the group came
+# to refuse any member whose lease it cannot count on: a member reported lost is refused by
+# that rule too, unless its refresh succeeds, when it is held indeed; no seed of 0-9,999 shows
+# the difference).
 PLANTED: dict[str, tuple[int, int]] = {
     "lock_many keeps what it took": (0, 20),  # 7
     "no give-back after a lost reply": (538, 20),  # 552
@@ -70,7 +74,6 @@ PLANTED: dict[str, tuple[int, int]] = {
     "a cancelled waiter stays in line": (1732, 20),  # 1746
     "an interrupted quorum acquisition keeps what it took": (200, 10),  # 206 (quorum)
     "a join held up on its way keeps what it took": (4143, 20),  # 4157
-    "lock_many holds a member reported lost": (8346, 20),  # 8360
     "a replay reaches a shared identity": (190, 20),  # 204
     "a fingerprint two forms share": (65, 20),  # 79
     "run_once marks a failed run done": (391, 20),  # 405
@@ -84,12 +87,14 @@ PLANTED: dict[str, tuple[int, int]] = {
     "an interrupted quorum script never goes out whole": (1952, 12),  # 1962 (quorum)
     "a wake-up pushed without its expiry": (0, 20),  # 8
     "a cluster acquisition interrupted keeps what it took": (409, 20),  # 423 (cluster)
+    "lock_many counts a refresh learnt too late": (543, 20),  # 557 (cluster)
 }
 # Where a planted mutation is looked for, when not on one server.
 TOPOLOGY_OF: dict[str, str] = {
     "an interrupted quorum acquisition keeps what it took": "quorum",
     "an interrupted quorum script never goes out whole": "quorum",
     "a cluster acquisition interrupted keeps what it took": "cluster",
+    "lock_many counts a refresh learnt too late": "cluster",
 }
 
 
