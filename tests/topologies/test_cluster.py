@@ -10,9 +10,12 @@ import time
 import pytest
 import redis
 
+from dev.embedded_redis import EmbeddedRedis, start_cluster
 from django_redis_lock import Lock, LockBackendError, registry
+from django_redis_lock.primitives.background import process_records
 from django_redis_lock.primitives.keys import lock_keys
-from tests.support.helpers import RENEWED_LEASE, free_port, renewed_after
+from tests.support import factories
+from tests.support.helpers import RENEWED_LEASE, renewed_after
 
 
 def test_lock_keys_share_one_slot(on_cluster):
@@ -132,17 +135,26 @@ def test_lock_many_across_slots_takes_each_on_its_node(on_cluster):
     assert not group.held
 
 
-def test_a_cluster_that_cannot_be_reached_is_a_lock_backend_error(on_cluster):
-    """Every node gone (here: the client's addresses of them now lead nowhere): redis-py
-    reads the slot map again and raises its ``RedisClusterException``, which is no
+def test_a_cluster_that_cannot_be_reached_is_a_lock_backend_error(settings, tmp_path):
+    """Every node of a (private) cluster gone: redis-py reads the slot map again, finds no
+    node, and (before redis-py 8) raises its ``RedisClusterException``, which is no
     ``RedisError``; the lock says ``LockBackendError``, as for one server."""
-    nowhere = free_port()
-    manager = on_cluster.nodes_manager
-    for node in [*manager.nodes_cache.values(), *manager.startup_nodes.values()]:
-        node.port = nowhere
-        if node.redis_connection is not None:
-            pool = node.redis_connection.connection_pool
-            pool.disconnect()
-            pool.connection_kwargs["port"] = nowhere
+    servers: list[EmbeddedRedis] = []
+
+    def start(**kwargs):
+        server = EmbeddedRedis(directory=tmp_path / f"node{len(servers)}", **kwargs).start()
+        servers.append(server)
+        return server
+
+    try:
+        start_cluster(3, start=start)
+        factories.cluster_url[:] = [servers[0].url]
+        settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.support.factories.cluster_client"
+        with Lock("cluster-gone", timeout=5, wait=0):
+            pass
+    finally:
+        for server in servers:
+            server.stop()
+    process_records.recorded.clear()  # (its record due again: first, whatever it loads)
     with pytest.raises(LockBackendError):
         Lock("cluster-gone", timeout=5, wait=0).acquire()
