@@ -37,6 +37,7 @@ from django_redis_lock import (
     lock_contended,
     lock_many,
 )
+from django_redis_lock.backends.scripts import RELEASE
 from django_redis_lock.primitives.background import process_records
 from django_redis_lock.primitives.keys import lock_keys
 from django_redis_lock.task_guards import reservations
@@ -500,6 +501,11 @@ class InterruptingConnection(Connection):
     # between redis-py versions) counts steps too.
     count_handshakes = True
     counting = True
+    sent: list[tuple[int, int, bytes]] = []  # (step, port, what) of each send, when kept
+
+    @classmethod
+    def keep_sends(cls) -> None:
+        cls.sent = []
 
     @classmethod
     def step(cls) -> None:
@@ -520,6 +526,7 @@ class InterruptingConnection(Connection):
     def send_packed_command(self, command, check_health=True):
         type(self).step()  # before the request is sent
         super().send_packed_command(command, check_health)
+        type(self).sent.append((type(self).steps, self.port, b"".join(map(bytes, command))))
         type(self).step()  # sent, its reply not read yet
 
     def read_response(self, *args, **kwargs):
@@ -664,18 +671,29 @@ def test_a_quorum_release_interrupted_twice_where_its_script_is_not_loaded_relea
     name = fresh("quorum-release-twice")
     lock = Lock(name, timeout=30, wait=1, using="redlock")
     key = lock_keys(name, "redlock").lease
-    sent = 2 * members  # (a step before and after each send: then all have gone out)
+    sent = 2 * members  # (a step before and after each send: then all have gone out, unless
+    # late answers to the acquisition were read first: those combinations are skipped)
     # The second interrupt once the first one's sends have gone out: in the retry.
     for first, again in itertools.product(range(sent, sent + 8), range(sent + 1, sent + 9)):
         assert lock.acquire()
         for client in quorum.clients:
             client.script_flush()
         InterruptingConnection.steps = 0
+        InterruptingConnection.keep_sends()
         InterruptingConnection.interrupt_at = first
         InterruptingConnection.again_at = first + again
         with contextlib.suppress(KeyboardInterrupt):
             lock.release(result=b"done", result_ttl=30)
         InterruptingConnection.interrupt_at = InterruptingConnection.again_at = 0
+        reached = {port for step, port, what in InterruptingConnection.sent
+                   if step < first and RELEASE.sha.encode() in what}  # fmt: skip
+        if len(reached) < members:  # (not sent to every member before the first interrupt)
+            for client in quorum.clients:
+                client.delete(key)
+            if lock.token is not None:
+                with contextlib.suppress(LockNotOwned):
+                    lock.release()
+            continue
         where = f"interrupted at steps {first} and {first + again}"
         for client in quorum.clients:
             wait_until(lambda c=client: not c.exists(key), 5, f"no lease on {client}, {where}")
