@@ -55,8 +55,9 @@ class ClusterBackend(ServerBackend):
         return execute_on_cluster(self.client, *args, if_silent=options.get("if_silent"))
 
     def send_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        # One by one, through the Cluster client, which follows MOVED and ASK (a slot being
-        # moved): a pipeline on one node's connection could not. Failure paths only.
+        # One by one, each sent as send() sends it (MOVED and ASK, a slot being moved, followed
+        # by the Cluster client): a pipeline on one node's connection could not. Failure paths
+        # only.
         return one_by_one(self.send, commands)
 
     def acknowledged(
@@ -104,8 +105,8 @@ class ClusterBackend(ServerBackend):
         return extend_on_nodes(self.client, leases, lengths)
 
     def run_then_wait(self, request: Block, first: Eval) -> tuple[Any, Any]:
-        # In two round trips: the script through the Cluster client, which follows MOVED and
-        # ASK (a slot being moved), then the wait on the node's own connection.
+        # In two round trips: the script as send() sends it (MOVED and ASK, a slot being moved,
+        # followed by the Cluster client), then the wait on the node's own connection.
         reply = self.perform(first)
         seconds, exact = shortened(request, reply)
         return reply, self.wait(request.key, seconds, exact)

@@ -1,8 +1,8 @@
 """How the lock engine's commands reach a Redis Cluster (``redis.cluster.RedisCluster`` and its
-asyncio twin): each to the node of its key, sent once, MOVED and ASK followed by the Cluster
-client; an acquisition's on the node's own connection, so that its give-back can follow it
-there; the node's own client for what must stay on one connection; the slot map read again
-after a failover. One server's (and Sentinel's) way is ``wire.py``.
+asyncio twin): each to the node of its key, sent once on the node's own connection (dropped
+when interrupted, and followed there by an acquisition's give-back), MOVED and ASK followed by
+the Cluster client; the slot map read again after a failover. One server's (and Sentinel's)
+way is ``wire.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .wire import execute
 
@@ -50,30 +51,42 @@ def execute_on_cluster(
     if_silent: Callable[[], Sequence[Sequence[Any]]] | None = None,
     **ignored: Any,
 ) -> Any:
-    """:func:`execute` on a Redis Cluster client: to the node of the command's key. With its
-    node named, redis-py sends the command once (still following MOVED and ASK, which mean it
-    did not run) instead of retrying it after a timeout or a dropped connection, when it may
-    have run. A command with no key (``SCRIPT LOAD``) goes where redis-py sends it (every
-    primary). ``reply_timeout`` is not applied: the socket timeout is.
+    """:func:`execute` on a Redis Cluster: on the connection of the node of the command's key,
+    sent once (not retried after a timeout or a dropped connection, when it may have run).
+    ``SCRIPT LOAD`` goes to every primary; another command with no key (``TIME``) to one.
+    ``reply_timeout`` is not applied: the socket timeout is.
 
-    With ``if_silent`` (an acquisition's give-back), the command goes on its node's own
-    connection (:func:`execute`): its reply not read (interrupted, timed out), the give-back
-    follows it there, and the node runs it right after the command, as one server does. (The
-    Cluster client's connection is its own: a give-back sent on another could overtake the
-    command and leave what it took held by nobody.) A MOVED, ASK, TRYAGAIN or CLUSTERDOWN
-    there (the command did not run) is left to the Cluster client, which follows or waits
-    them out."""
+    On the node's own pool, not through the Cluster client: that one gives a connection back
+    to its pool whatever ended the command, so an interrupt (``KeyboardInterrupt``, a
+    ``SoftTimeLimitExceeded``) between its send and its read left the reply unread, and the
+    next caller on that connection read it as its own. :func:`execute` drops such a
+    connection. With ``if_silent`` (an acquisition's give-back), the give-back follows the
+    command on the same connection (the node runs it right after the command, as one server
+    does).
+
+    A MOVED, ASK, TRYAGAIN or CLUSTERDOWN (the command did not run) is left to the Cluster
+    client, which follows or waits them out; a connection that failed has the slot map read
+    again, so that the next call goes to the slot's primary now (as the Cluster client does)."""
     key = _routing_key(args)
     with _unreachable_as_connection_errors():
         if key is None:
-            return cluster.execute_command(*args)
-        if if_silent is not None:
-            try:
-                return execute(node_client(cluster, key), *args, if_silent=if_silent)
-            except ResponseError as error:
-                if not (redirected(error) or _not_now(error)):
-                    raise
+            primaries = [cluster.get_redis_connection(node) for node in cluster.get_primaries()]
+            if _is_script_load(args):
+                return [execute(primary, *args) for primary in primaries][-1]
+            return execute(primaries[0], *args)
+        try:
+            return execute(node_client(cluster, key), *args, if_silent=if_silent)
+        except ResponseError as error:
+            if not (redirected(error) or _not_now(error)):
+                raise
+        except (RedisConnectionError, RedisTimeoutError):
+            reread_slot_map(cluster)
+            raise
         return cluster.execute_command(*args, target_nodes=cluster.get_node_from_key(key))
+
+
+def _is_script_load(args: Sequence[Any]) -> bool:
+    return str(args[0]).upper() == "SCRIPT" and str(args[1]).upper() == "LOAD"
 
 
 def _not_now(error: ResponseError) -> bool:
@@ -119,7 +132,7 @@ async def aexecute_on_cluster(cluster: Any, *args: Any, **ignored: Any) -> Any:
     key = _routing_key(args)
     with _unreachable_as_connection_errors():
         if key is None:
-            if str(args[0]).upper() == "SCRIPT" and str(args[1]).upper() == "LOAD":
+            if _is_script_load(args):
                 return await cluster.script_load(args[2])  # on every primary
             return await cluster.execute_command(*args)
         # The asyncio client reads the slot map on first use, not when built.
