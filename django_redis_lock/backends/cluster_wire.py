@@ -23,7 +23,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .wire import execute
+from .wire import drop_idle_connections, execute
 
 __all__ = [
     "aexecute_on_cluster",
@@ -43,6 +43,26 @@ def _unreachable_as_connection_errors() -> Iterator[None]:
         yield
     except RedisClusterException as error:
         raise RedisConnectionError(str(error)) from error
+
+
+@contextlib.contextmanager
+def _unread_replies_dropped(cluster: Any) -> Iterator[None]:
+    """Around a call into redis-py's Cluster client (a command it redirects, the slot map it
+    reads again): that client gives a connection back to its pool however a command ended.
+    Interrupted (``KeyboardInterrupt``, ``SoftTimeLimitExceeded``) between a send and the
+    read of its reply, it lends that connection again with the reply still to come, and the
+    next command on it reads that reply as its own. Which connection it was is not known
+    here: every idle connection to the Cluster's nodes is dropped (in use ones are another
+    thread's, in step)."""
+    try:
+        yield
+    except (RedisError, RedisClusterException):
+        raise
+    except BaseException:
+        for node in cluster.get_nodes():
+            if node.redis_connection is not None:
+                drop_idle_connections(node.redis_connection.connection_pool)
+        raise
 
 
 def execute_on_cluster(
@@ -82,7 +102,8 @@ def execute_on_cluster(
         except (RedisConnectionError, RedisTimeoutError):
             reread_slot_map(cluster)
             raise
-        return cluster.execute_command(*args, target_nodes=cluster.get_node_from_key(key))
+        with _unread_replies_dropped(cluster):
+            return cluster.execute_command(*args, target_nodes=cluster.get_node_from_key(key))
 
 
 def _is_script_load(args: Sequence[Any]) -> bool:
@@ -115,7 +136,7 @@ def node_client(cluster: Any, key: str) -> Any:
 def reread_slot_map(cluster: Any) -> None:
     """A Redis Cluster client whose slot moved or whose primary failed: read the slot map
     again, so that the next call goes to the slot's owner now."""
-    with contextlib.suppress(RedisError, RedisClusterException):
+    with contextlib.suppress(RedisError, RedisClusterException), _unread_replies_dropped(cluster):
         cluster.nodes_manager.initialize()
 
 

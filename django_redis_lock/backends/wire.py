@@ -34,6 +34,7 @@ __all__ = [
     "aexecute",
     "aexecute_many",
     "borrowed",
+    "drop_idle_connections",
     "drop_stale_connections",
     "execute",
     "execute_many",
@@ -96,6 +97,12 @@ class borrowed:
             self.connection = self.pool.get_connection()
         except RedisError as error:
             _unsent(error)
+            raise
+        except BaseException:
+            # Interrupted as redis-py made the connection (its handshake: HELLO, CLIENT
+            # SETINFO), redis-py gives it back to the pool connected, with the handshake's
+            # reply still to come, which the next command on it would read as its own.
+            drop_idle_connections(self.pool)
             raise
         return self.connection
 
@@ -232,7 +239,17 @@ def drop_stale_connections(client: Any) -> None:
     """
     pool = client.connection_pool
     if not follow_sentinel(pool):
+        drop_idle_connections(pool)
+
+
+def drop_idle_connections(pool: Any) -> None:
+    """Close the connections of ``pool`` that nobody uses now (made again when next lent).
+    redis-py 5's ``BlockingConnectionPool`` can only close them all: the others' fail
+    their request with a connection error, which a lock operation is ready for."""
+    try:
         pool.disconnect(inuse_connections=False)
+    except TypeError:
+        pool.disconnect()
 
 
 async def adrop_stale_connections(client: Any) -> None:

@@ -37,6 +37,7 @@ from django_redis_lock import (
     lock_contended,
     lock_many,
 )
+from django_redis_lock.backends.cluster_wire import reread_slot_map
 from django_redis_lock.backends.scripts import RELEASE
 from django_redis_lock.primitives.background import process_records
 from django_redis_lock.primitives.keys import lock_keys
@@ -515,6 +516,12 @@ class InterruptingConnection(Connection):
         if cls.steps in (cls.interrupt_at, cls.again_at):
             raise KeyboardInterrupt
 
+    unread = 0  # (this connection's requests sent and not read: one per send, at least)
+
+    def disconnect(self, *args, **kwargs):
+        self.unread = 0
+        super().disconnect(*args, **kwargs)
+
     def on_connect(self, *args, **kwargs):
         cls = type(self)
         counting, cls.counting = cls.counting, cls.count_handshakes
@@ -527,10 +534,14 @@ class InterruptingConnection(Connection):
         type(self).step()  # before the request is sent
         super().send_packed_command(command, check_health)
         type(self).sent.append((type(self).steps, self.port, b"".join(map(bytes, command))))
+        self.unread += 1
         type(self).step()  # sent, its reply not read yet
 
     def read_response(self, *args, **kwargs):
-        response = super().read_response(*args, **kwargs)
+        try:
+            response = super().read_response(*args, **kwargs)
+        finally:  # (an error reply is a reply read; a read cut short drops the connection)
+            self.unread = max(self.unread - 1, 0)
         type(self).step()  # the reply read, not yet handed back
         return response
 
@@ -566,6 +577,18 @@ def interrupted_everywhere(connection_class, operation, check, most=100):
     raise AssertionError("no end to the steps")
 
 
+def no_unread_reply_lent(client) -> None:
+    """No idle connection of ``client``'s pool (a Cluster's: of each node's) has a reply still
+    to come. (Whether the next command would read it as its own depends on when the reply
+    arrives: redis-py drops a connection it lends with a reply already there. So the pools
+    are looked at.)"""
+    nodes = client.get_nodes() if hasattr(client, "get_nodes") else [client]
+    for node in nodes:
+        client = getattr(node, "redis_connection", node)
+        idle = client.connection_pool._available_connections
+        assert [c for c in idle if c.unread] == [], f"{node} lends an unread reply"
+
+
 def test_a_sync_acquire_interrupted_at_any_step_holds_or_leaves_nothing(
     interrupting, redis_client
 ):
@@ -577,6 +600,7 @@ def test_a_sync_acquire_interrupted_at_any_step_holds_or_leaves_nothing(
             assert result is True
             lock.release()
         assert lock.token is None
+        no_unread_reply_lent(get_redis_client())  # (a handshake interrupted: its reply)
         nothing_of_ours_held(redis_client, name, within=5)
 
     assert interrupted_everywhere(interrupting, lock.acquire, check) >= 4
@@ -642,8 +666,9 @@ def test_a_sync_cluster_acquire_interrupted_at_any_step_holds_or_leaves_nothing(
             assert result is True
             lock.release()
         assert lock.token is None
-        # At once, through the same pool: an interrupted connection was dropped, not lent
-        # again with its reply unread (the next caller read it as its own).
+        # An interrupted connection was dropped, not lent again with its reply unread (the
+        # next caller read it as its own).
+        no_unread_reply_lent(get_redis_client())
         nothing_of_ours_held(SimpleNamespace(clients=clients), name, within=5)
 
     try:
@@ -655,6 +680,37 @@ def test_a_sync_cluster_acquire_interrupted_at_any_step_holds_or_leaves_nothing(
         get_redis_client().close()
         for client in clients:
             client.close()
+
+
+def test_a_cluster_slot_map_read_interrupted_at_any_step_lends_no_unread_reply(
+    settings, redis_cluster
+):
+    """The slot map read again after a connection error (``reread_slot_map``) is redis-py's
+    Cluster client's, which gives its connection back to the pool however a command ended:
+    interrupted between ``CLUSTER SLOTS``'s send and its read, the next lock operation on that
+    connection read the slot map as its reply (found by the runtime simulation on a Cluster,
+    seed 1117 of ``many``). The idle connections are dropped instead."""
+    factories.cluster_url[:] = [redis_cluster.startup_url]
+    factories.cluster_connection_class[:] = [InterruptingConnection]
+    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.support.factories.cluster_client"
+    clients = [redis.Redis.from_url(server.url) for server in redis_cluster.servers]
+    name = fresh("slot-map")
+
+    def check(interrupted, result):
+        no_unread_reply_lent(client)
+        nothing_of_ours_held(SimpleNamespace(clients=clients), name)
+
+    try:
+        client = get_redis_client()
+        assert interrupted_everywhere(
+            InterruptingConnection, lambda: reread_slot_map(client), check
+        ) >= 3  # fmt: skip
+    finally:
+        InterruptingConnection.interrupt_at = 0
+        factories.cluster_connection_class.clear()
+        get_redis_client().close()
+        for each in clients:
+            each.close()
 
 
 def test_a_quorum_release_interrupted_twice_where_its_script_is_not_loaded_releases(
@@ -718,6 +774,7 @@ def test_a_sync_release_interrupted_at_any_step_leaves_nothing(interrupting, red
 
     def check(interrupted, result):
         assert lock.token is None
+        no_unread_reply_lent(get_redis_client())
         duplicate = Lock(name, timeout=30).claim(wait=5, want_result=True)
         assert duplicate.result == b"the first one's answer", duplicate
         redis_client.delete(lock_keys(name, "default").result)

@@ -52,7 +52,8 @@ def test_each_planted_mutation_is_found() -> None:
     ("seed", "workload", "topology"),
     [(1011, "semaphore", "server"), (2418, "many", "server"), (9, "many", "server"),
      (28, "lock", "quorum"), (4991, "lock", "server"), (8080, "tasks", "server"),
-     (1992, "guards", "quorum"), (557, "many", "cluster")],
+     (1992, "guards", "quorum"), (557, "many", "cluster"), (1117, "many", "cluster"),
+     (200122, "semaphore", "cluster")],
 )  # fmt: skip
 def test_the_schedules_that_found_defects_pass(seed: int, workload: str, topology: str) -> None:
     """Each found a defect of the library, fixed since: a permit handed to nobody after an
@@ -62,7 +63,9 @@ def test_the_schedules_that_found_defects_pass(seed: int, workload: str, topolog
     that took the lock for nobody when it arrived (4991), a task's copy that ran again after a
     later task of its key finished (8080), a quorum release interrupted twice on members
     without its script that left them the lease (1992), a group held with a member whose
-    refresh was learnt of too late (557, on a Cluster). (Their seeds may stop reaching the
+    refresh was learnt of too late (557, on a Cluster), a reply read by the next command on a
+    connection interrupted before its read (on a Cluster: the slot map read again, 1117; a
+    script's loading, 200122). (Their seeds may stop reaching the
     same spot when the simulation changes; the defects' own tests are in test_scripts.py,
     test_lock_many.py, test_lost_replies.py, test_cancellation.py and test_reservations.py,
     and 4991's is this simulation's: its planted mutation.)"""

@@ -26,6 +26,8 @@ class Choices(Protocol):
 
     def chance(self, percent: int) -> bool: ...
 
+    def aside(self, percent: int, salt: int) -> bool: ...
+
 
 class SeededChoices:
     """Decisions from ``random.Random(seed)``: the same seed, the same schedule."""
@@ -42,6 +44,12 @@ class SeededChoices:
 
     def chance(self, percent: int) -> bool:
         return self._random.randrange(100) < percent
+
+    def aside(self, percent: int, salt: int) -> bool:
+        """:meth:`chance` from a stream of its own (``salt``: which draw of it): a decision
+        added later leaves each schedule's other decisions where they were, so that the seeds
+        at which the planted bugs are found stand."""
+        return random.Random(self.seed * 1_000_003 + salt).randrange(100) < percent
 
 
 class HypothesisChoices:
@@ -68,3 +76,6 @@ class HypothesisChoices:
         # (Shrinks toward 0: toward no.)
         result: bool = self._data.draw(strategies.integers(0, 99)) >= 100 - percent
         return result
+
+    def aside(self, percent: int, salt: int) -> bool:
+        return self.chance(percent)

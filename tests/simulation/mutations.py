@@ -280,8 +280,18 @@ CODE_MUTATIONS: dict[str, tuple[str, str, str, str, str]] = {
     "a cluster acquisition interrupted keeps what it took": (
         "django_redis_lock.backends.cluster_wire",
         "execute_on_cluster",
-        "        if if_silent is not None:\n            try:",
-        "        if False:\n            try:",
+        "            return execute(node_client(cluster, key), *args, if_silent=if_silent)",
+        "            return execute(node_client(cluster, key), *args, if_silent=None)",
+        "lock",
+    ),
+    # On a Cluster, a command interrupted between its send and its read goes back to its pool
+    # with its reply unread (redis-py's Cluster client does that: here a SCRIPT LOAD), and the
+    # next caller on that connection reads it as its own.
+    "a cluster connection interrupted is lent again unread": (
+        "django_redis_lock.backends.cluster_wire",
+        "execute_on_cluster",
+        "                return [execute(primary, *args) for primary in primaries][-1]",
+        "                return cluster.execute_command(*args)",
         "lock",
     ),
     # The watch for dead holders (runtime/host.py). lock_many takes its members in one

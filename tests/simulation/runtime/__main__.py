@@ -88,6 +88,7 @@ PLANTED: dict[str, tuple[int, int]] = {
     "a wake-up pushed without its expiry": (0, 20),  # 8
     "a cluster acquisition interrupted keeps what it took": (409, 20),  # 423 (cluster)
     "lock_many counts a refresh learnt too late": (543, 20),  # 557 (cluster)
+    "a cluster connection interrupted is lent again unread": (16, 20),  # 30 (cluster)
 }
 # Where a planted mutation is looked for, when not on one server.
 TOPOLOGY_OF: dict[str, str] = {
@@ -95,6 +96,7 @@ TOPOLOGY_OF: dict[str, str] = {
     "an interrupted quorum script never goes out whole": "quorum",
     "a cluster acquisition interrupted keeps what it took": "cluster",
     "lock_many counts a refresh learnt too late": "cluster",
+    "a cluster connection interrupted is lent again unread": "cluster",
 }
 
 

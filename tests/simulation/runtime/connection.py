@@ -74,8 +74,8 @@ class SimulatedConnection(Connection):
         limit = self.socket_timeout if timeout is None else timeout
         try:
             reply = current().read(self.link, limit)
-        except BaseException:
-            if disconnect_on_error:
+        except BaseException as error:
+            if disconnect_on_error and not getattr(error, "before_read", False):
                 self.disconnect()
             raise
         if isinstance(reply, ResponseError):

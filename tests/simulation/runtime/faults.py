@@ -131,9 +131,13 @@ class FaultInjection:
             self._interrupted.add(actor)
             if sim.choices.chance(30):  # (and again as it cleans up: Ctrl-C pressed twice)
                 self._interrupt_again.add(actor)
-            actor.throw = Interrupted("simulated: interrupted")
+            # (Half of them before the read of the reply began: a caller that gives its
+            # connection back to the pool whatever happened lends it with the reply unread.)
+            before_read = sim.choices.aside(50, sim.interrupts)
+            actor.throw = Interrupted("simulated: interrupted", before_read=before_read)
             sim.interrupts += 1
-            sim.trace.add(now, actor.name, "INTERRUPTED where it waits for a reply")
+            where = "before it reads the reply" if before_read else "where it waits for a reply"
+            sim.trace.add(now, actor.name, f"INTERRUPTED {where}")
         elif kind == "cancel":
             # (Half of them in a loop with a request still on its way.)
             in_flight = [

@@ -65,7 +65,15 @@ class Crashed(BaseException):
 
 class Interrupted(KeyboardInterrupt):
     """A sync caller interrupted where it blocked (a signal handler's ``KeyboardInterrupt``, a
-    ``SystemExit`` from a worker's shutdown): a fault the schedule chooses."""
+    ``SystemExit`` from a worker's shutdown): a fault the schedule chooses.
+
+    ``before_read``: it came after the request was sent and before the read of its reply
+    began (a signal lands between any two bytecodes), so the connection's own clean-up on a
+    failed read never ran: the reply is still to come on it."""
+
+    def __init__(self, message: str, *, before_read: bool = False) -> None:
+        super().__init__(message)
+        self.before_read = before_read
 
 
 class Stuck(AssertionError):
