@@ -330,6 +330,33 @@ def test_renewal_stops_after_the_lock_object_is_garbage_collected(
     assert losses == []
 
 
+def test_a_lock_collected_while_its_renewal_hangs_is_still_said_never_released(
+    settings, redis_server_factory, losses, caplog
+):
+    """Its lease ends while its renewal is under way (the server stopped) and its object was
+    garbage-collected meanwhile: nobody is left to be told of a loss, but the caller's mistake
+    is still said, as it is when the watchdog finds the object gone before a renewal (under a
+    loaded machine's scheduling, that was either, and the warning came or not)."""
+    server = redis_server_factory()
+    settings.CACHES = django_redis_caches(server.url, SOCKET_TIMEOUT=30)
+    settings.DJANGO_REDIS_LOCK_TIMEOUT = 1
+    lock = Lock("collected-while-renewing")
+    assert lock.acquire()
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        # Its renewal goes out at a third of its lease, and hangs.
+        wait_until(lambda: renewer.schedule.busy, 10, "the renewal to be under way")
+        del lock
+        gc.collect()
+        wait_until(
+            lambda: abandonment_warnings(caplog, "collected-while-renewing"), 10,
+            "the never-released warning",
+        )  # fmt: skip
+        assert losses == []  # (nobody to tell)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+
+
 def test_renewal_stops_when_the_holding_task_ended_without_releasing(
     settings, redis_client, losses, caplog
 ):

@@ -148,13 +148,15 @@ class Renewer:
                         continue
                     self._condition.wait(None if self._wakes_at is None else self._wakes_at - now)
             for lease, reason in found.abandoned:
-                logger.warning(
-                    "%s was acquired and never released: %s. It is no longer renewed, so "
-                    "it frees when its lease ends (%s at most).",
-                    lease.name, reason, readable(lease.lease),
-                )  # fmt: skip
+                _warn_abandoned(lease, reason)
             for lease in found.ended:
-                lease.on_lost(lease.unrenewed())
+                # Its object collected (or its owner ended) while its renewal was under way:
+                # nobody to tell of the loss, but the caller's mistake is still said.
+                abandoned = _why_abandoned(lease)
+                if abandoned is None:
+                    lease.on_lost(lease.unrenewed())
+                else:
+                    _warn_abandoned(lease, abandoned)
             for client_id, leases in found.batches.items():
                 threading.Thread(
                     target=self._renew_batch,
@@ -206,6 +208,22 @@ class Renewer:
             )
         for lease, reason in lost:
             lease.on_lost(reason)
+
+
+def _why_abandoned(lease: RenewedLease) -> str | None:
+    try:
+        return lease.abandoned()
+    except Exception:  # the watchdog must never die
+        logger.exception("django-redis-lock: could not tell who holds %s", lease.key)
+        return None
+
+
+def _warn_abandoned(lease: RenewedLease, reason: str) -> None:
+    logger.warning(
+        "%s was acquired and never released: %s. It is no longer renewed, so it frees when "
+        "its lease ends (%s at most).",
+        lease.name, reason, readable(lease.lease),
+    )  # fmt: skip
 
 
 renewer = Renewer()
