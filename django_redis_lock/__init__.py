@@ -1,6 +1,25 @@
 """django-redis-lock: distributed locks for Django on the Redis that django-redis configures.
 
-The public API is re-exported here; import from ``django_redis_lock``, not its modules.
+The public API is re-exported here (``__all__``); import from ``django_redis_lock``. Besides
+it, these import paths and the names given with them are public, and keep working across
+minor releases (the stability policy: the documentation's "Stability" page, stability.md):
+
+- ``django_redis_lock.signals``: the signals (also re-exported here).
+- ``django_redis_lock.celery``: ``GuardedTask``, the Celery task guard (extra: celery).
+- ``django_redis_lock.tasks``: ``guarded`` and ``GuardedBackend``, for Django's tasks framework
+  (extra: tasks, before Django 6.0).
+- ``django_redis_lock.registry``: the locks and semaphores held now, read and force-released.
+- ``django_redis_lock.mixins``: ``LockableModelMixin``, ``PreventDoubleSubmitMixin``,
+  ``release_after_transaction``.
+- ``django_redis_lock.views``: ``duplicate_submission``, the default duplicate's answer.
+- ``django_redis_lock.conf``: ``lock_settings`` and ``SETTINGS``, the settings as read.
+- ``django_redis_lock.metrics.views``: ``metrics``, the Prometheus scrape view.
+- ``django_redis_lock.metrics.prometheus``: ``CensusCollector`` (extra: prometheus).
+- ``django_redis_lock.metrics.opentelemetry``: ``observe_census`` (extra: opentelemetry).
+- ``django_redis_lock.debug_toolbar``: ``LocksPanel`` (extra: debug-toolbar).
+
+Every other module (``core``, ``backends``, ``primitives``, ``guards``, ``task_guards``,
+``admin``...) is the library's inside: its names may change in any release.
 """
 
 from .backends.clients import (

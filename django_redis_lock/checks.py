@@ -39,6 +39,7 @@ from django.core.exceptions import ImproperlyConfigured
 from .backends.clients import CacheBackend, UnsupportedCache, cache_backend
 from .backends.eviction import read_evictions
 from .conf import PREFIX, SETTINGS, InvalidSetting, lock_settings
+from .links import docs_page
 
 __all__ = ["check_cache", "check_eviction", "check_settings", "check_socket_timeout"]
 
@@ -198,7 +199,7 @@ def check_socket_timeout(
                     "that stops answering holds up a lock's release, extension or renewal "
                     "for redis-py's default (5 s from redis-py 8.1, for ever before).",
                     hint=f"Set CACHES[{member!r}]['OPTIONS'][{option!r}], e.g. to 1 or 2 "
-                    "(seconds). See docs/deployment.md.",
+                    f"(seconds). See {docs_page('deployment.md')}",
                     id="django_redis_lock.W002",
                 )
             )
@@ -222,7 +223,7 @@ def check_eviction(
             f"{eviction.advice} (This deploy check asked the server: it contacts Redis, and "
             "says nothing of a server it cannot reach.)",
             hint="Set maxmemory-policy noeviction on the locks' Redis, or give the locks a "
-            "Redis of their own (DJANGO_REDIS_LOCK_CACHE_ALIAS). See docs/servers.md.",
+            f"Redis of their own (DJANGO_REDIS_LOCK_CACHE_ALIAS). See {docs_page('servers.md')}",
             id="django_redis_lock.W003",
         )
         for eviction in evictions

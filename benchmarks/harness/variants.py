@@ -112,7 +112,7 @@ def unavailable_reason(variant: Variant) -> str | None:
         importlib.import_module(variant.requires)
     except Exception as exc:  # ImportError, or anything its import raises on this Python
         missing = isinstance(exc, ModuleNotFoundError)
-        hint = " (not installed: `pip install -e '.[bench]'`)" if missing else ""
+        hint = " (not installed: `pip install -r requirements/bench.txt`)" if missing else ""
         return f"{type(exc).__name__}: {exc}{hint}"
     return None
 

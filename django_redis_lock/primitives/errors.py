@@ -18,6 +18,7 @@ from ..backends.acl import (
 from ..core.durations import readable
 from ..core.flows import Unconfirmed, WaitRefused
 from ..exceptions import CommandRefused, LockBackendError, LockError, LockLost, LockNotOwned
+from ..links import docs_page
 from .holds import Hold
 
 __all__ = ["backend_error", "command_refused", "exit_error", "lost_error"]
@@ -70,7 +71,7 @@ def command_refused(name: str, action: str, command: str, reply: str) -> Command
     else:
         advice = (
             "Allow it for the locks' Redis user: `manage.py redis_locks acl` prints the ACL "
-            "rule the locks need (docs/servers.md)."
+            f"rule the locks need ({docs_page('servers.md')})."
         )
     return CommandRefused(
         f"Could not {action} lock {name!r}: the server refused {what} "

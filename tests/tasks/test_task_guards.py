@@ -8,7 +8,7 @@ import datetime
 import logging
 
 import pytest
-from celery import Celery
+from celery import Celery, shared_task
 from django.test import override_settings
 
 from django_redis_lock import LockBackendError, registry
@@ -47,6 +47,15 @@ def while_running(customer_id, inner=False):
 @app.task(base=GuardedTask)
 def echo(value):
     return value
+
+
+# The form Django projects use (docs/tasks.md): no app named, every app gets it.
+@shared_task(base=GuardedTask, bind=True, guard_key="{customer_id}")
+def shared_sync(self, customer_id, inner=False):
+    seen.append((self.request.id, registry.get_lock(f"task:{self.name}:{customer_id}")))
+    if inner:
+        return self.request.id
+    return self.delay(customer_id, inner=True).id
 
 
 @app.task(base=GuardedTask, bind=True, guard="while_executing", max_retries=3)
@@ -136,6 +145,17 @@ def test_eager_calls_are_guarded_like_queued_ones():
     assert held.guard == "until_executed"
     assert registry.get_lock(key_of(42)) is None
     assert sync_customer.delay(42).id != result.id  # done: the next call runs
+
+
+def test_a_shared_task_is_guarded_as_an_apps_task():
+    seen.clear()
+    task = app.tasks[shared_sync.name]  # (the one of the app it runs on)
+    assert isinstance(task, GuardedTask)
+    result = task.delay(7)
+    [(task_id, held)] = seen
+    assert result.get() == task_id  # called again inside: the running one's id
+    assert held.job_id == task_id
+    assert task.delay(7).id != result.id  # done: the next call runs
 
 
 def test_a_run_finding_another_is_skipped_loudly(caplog):

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 
 from django_redis_lock.core.durations import readable, readable_elapsed
 from django_redis_lock.exceptions import LockBackendError
+from django_redis_lock.links import docs_page
 from django_redis_lock.management import lines
 from django_redis_lock.primitives.acl import acl_rule
 from django_redis_lock.registry import census
@@ -141,7 +142,8 @@ class Command(BaseCommand):
         self.stdout.write(f"ACL SETUSER {user} on >PASSWORD {acl_rule()}")
         self.stderr.write(
             "Replace PASSWORD; give the user a cache alias of its own (the cache's own keys are "
-            "not in the rule) and point DJANGO_REDIS_LOCK_CACHE_ALIAS at it. See docs/servers.md."
+            "not in the rule) and point DJANGO_REDIS_LOCK_CACHE_ALIAS at it. See "
+            f"{docs_page('servers.md')}"
         )
 
     def _unread(self, missing: str | None, unreachable: list[str]) -> None:
