@@ -11,7 +11,7 @@ TOX_ARGS ?=
 PYENV_BINS := $(shell root=$$(pyenv root 2>/dev/null) && for v in "$$root"/versions/3.1[0-9]*; do [ -x "$$v/bin/python" ] && printf '%s:' "$$v/bin"; done)
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test simulate mutants lint format tox bench docs docs-serve dist clean
+.PHONY: help demo test simulate mutants lint format tox bench docs docs-serve dist test-wheel clean
 
 help:
 	@echo "make demo   serve the example project on http://127.0.0.1:$(PORT)/ (make demo PORT=8001; embedded Redis unless REDIS_URL is set)"
@@ -19,6 +19,7 @@ help:
 	@echo "make simulate  a campaign of the protocol's simulation: 100,000 schedules per workload and topology, faults on (SCHEDULES=n WORKLOAD=w TOPOLOGY=t FAULTS=off; SEED=n replays one, with its trace)"
 	@echo "make mutants  each planted mutation in a scratch copy: does the runtime simulation's share find it, does the suite (MUTANT_TESTS=tests/locks)? A table; fails when the simulation misses one"
 	@echo "make dist   build the sdist and wheel into dist/ and check them (twine check --strict, check-wheel-contents)"
+	@echo "make test-wheel  make dist, install the wheel into a fresh venv, run a part of the suite from outside the tree against it"
 	@echo "make docs   build the documentation site into site/, strictly (a broken link, anchor or API reference fails); make docs-serve: serve it on :8001 while editing"
 	@echo "make lint   ruff, mypy and the import contracts (lint-imports)"
 	@echo "make tox    the Python x Django matrix (a missing Python fails it; SKIP_MISSING=1 skips instead)"
@@ -75,6 +76,28 @@ dist: $(VENV)/.installed-test
 	$(BIN)/python -m build --outdir dist . > dist/build.log 2>&1 || { cat dist/build.log; exit 1; }
 	$(BIN)/twine check --strict dist/*.whl dist/*.tar.gz
 	$(BIN)/check-wheel-contents --ignore W004 dist/*.whl
+
+# The suite against the built wheel, as a user installs it: dist/*.whl into a fresh venv, and
+# a part of the suite run from a copy of tests/ outside this tree (no django_redis_lock/ beside
+# it), so that a module, template, Lua script or migration missing from the wheel fails. The
+# part covers every public module (test_public_api imports each), the Lua scripts (the locks',
+# semaphores', groups' tests), the templates and migrations (the admin, views, migrations
+# tests), the task guards and the metrics; test_installed.py checks that the package under
+# test is the wheel's. WHEEL_TESTS: another part.
+WHEEL_VENV := build/wheel-venv
+WHEEL_TREE := build/wheel-tree
+WHEEL_TESTS ?= tests/package/test_installed.py tests/package/test_public_api.py \
+	tests/package/test_package.py tests/locks/test_lock.py tests/locks/test_lock_async.py \
+	tests/locks/test_semaphore.py tests/locks/test_lock_many.py tests/locks/test_scripts.py \
+	tests/django tests/metrics tests/tasks/test_task_guards.py tests/tasks/test_celery.py
+test-wheel: dist
+	rm -rf $(WHEEL_VENV) $(WHEEL_TREE)
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/pip install --quiet dist/*.whl -r requirements/test.txt
+	mkdir -p $(WHEEL_TREE)
+	cp -r tests dev docs README.md setup.cfg pyproject.toml $(WHEEL_TREE)/
+	cd $(WHEEL_TREE) && TEST_INSTALLED_WHEEL=1 TEST_SERVER=$(SERVER) ../../$(WHEEL_VENV)/bin/python \
+		-m pytest -n $(TEST_JOBS) --dist worksteal $(WHEEL_TESTS)
 
 # The documentation site (mkdocs.yml); strict: a broken link, anchor or reference fails it.
 docs: $(VENV)/.installed-docs
