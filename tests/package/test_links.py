@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-import tomllib
 import yaml
 from readme_renderer.markdown import render
 
 from django_redis_lock.links import DOCS_URL, REPOSITORY_URL, docs_page
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # (pytest's own dependency there)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 
