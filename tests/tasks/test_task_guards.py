@@ -123,7 +123,7 @@ def test_templates_and_callables_make_the_key():
 def test_bad_options_fail_when_the_task_is_defined(options, error, match):
     with pytest.raises(error, match=match):
 
-        @app.task(base=GuardedTask, name=f"bad-{len(seen)}", **options)
+        @app.task(base=GuardedTask, name=f"bad-{len(seen)}", shared=False, **options)
         def bad(customer_id, full=False): ...
 
 
@@ -149,7 +149,13 @@ def test_eager_calls_are_guarded_like_queued_ones():
 
 def test_a_shared_task_is_guarded_as_an_apps_task():
     seen.clear()
-    task = app.tasks[shared_sync.name]  # (the one of the app it runs on)
+    # A project's app, finalized after the task was defined (autodiscover_tasks' order): it
+    # gets every shared task. (Not this module's app, whose tasks the tests above made with
+    # bad options on purpose.)
+    project = Celery("project", set_as_current=False)
+    project.conf.update(task_always_eager=True, task_eager_propagates=True)
+    project.finalize()
+    task = project.tasks[shared_sync.name]
     assert isinstance(task, GuardedTask)
     result = task.delay(7)
     [(task_id, held)] = seen
