@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tarfile
@@ -82,3 +83,82 @@ def test_wheel_installs_into_a_clean_venv_and_imports(dist, tmp_path):
     version, typed = result.stdout.split()
     assert version == __import__("django_redis_lock").__version__
     assert typed == "True"
+
+
+# A project made as docs/quickstart.md says, in a venv with only the wheel (and what it brings:
+# Django, django-redis, redis-py): its settings, then migrate, check --deploy, a guarded view,
+# the admin's Locks page and the CLI.
+QUICKSTART_SETTINGS = """
+INSTALLED_APPS += ["django_redis_lock"]
+CACHES = {{
+    "default": {{
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": {redis_url!r},
+        "OPTIONS": {{"SOCKET_TIMEOUT": 2}},
+    }}
+}}
+ALLOWED_HOSTS = ["testserver"]
+"""
+QUICKSTART_URLS = """
+from django.http import HttpResponse
+from django_redis_lock import prevent_double_submit
+
+
+@prevent_double_submit()
+def checkout(request):
+    return HttpResponse("ordered")
+
+
+urlpatterns += [path("checkout/", checkout)]
+"""
+QUICKSTART_DRIVER = """
+import os, subprocess, sys
+import django
+os.environ["DJANGO_SETTINGS_MODULE"] = "shop.settings"
+django.setup()
+from django.contrib.auth.models import User
+from django.test import Client
+from django_redis_lock import Lock
+
+User.objects.create_superuser("admin", "admin@example.com", "pw")
+client = Client()
+assert client.post("/checkout/", {"item": "1"}).content == b"ordered"
+assert client.login(username="admin", password="pw")
+with Lock("quickstart:report", label="nightly report"):
+    page = client.get("/admin/django_redis_lock/heldlock/")
+    assert page.status_code == 200, page.status_code
+    assert "quickstart:report" in page.content.decode()
+    listed = subprocess.run(
+        [sys.executable, "manage.py", "redis_locks", "list"], capture_output=True, text=True
+    )
+    assert "quickstart:report" in listed.stdout, listed.stdout + listed.stderr
+print("quickstart works")
+"""
+
+
+def test_the_quickstart_works_in_a_venv_with_only_the_wheel(dist, tmp_path, redis_url):
+    [wheel] = dist.glob("*.whl")
+    environment = tmp_path / "venv"
+    venv.create(environment, with_pip=True)
+    python = str(environment / "bin" / "python")
+
+    # (Not the suite's settings nor its path: the project's own, as a user's.)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "PYTHONPATH")
+    }
+
+    def run(*args, cwd=tmp_path):
+        done = subprocess.run(args, capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+        assert done.returncode == 0, f"{args}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
+        return done
+
+    run(python, "-m", "pip", "install", "--quiet", str(wheel))
+    run(python, "-m", "django", "startproject", "shop", ".", cwd=tmp_path)
+    with open(tmp_path / "shop" / "settings.py", "a", encoding="utf-8") as settings:
+        settings.write(QUICKSTART_SETTINGS.format(redis_url=redis_url))
+    with open(tmp_path / "shop" / "urls.py", "a", encoding="utf-8") as urls:
+        urls.write(QUICKSTART_URLS)
+    run(python, "manage.py", "migrate", "--verbosity", "0")
+    checked = run(python, "manage.py", "check", "--deploy")
+    assert "django_redis_lock." not in checked.stdout + checked.stderr  # (ours: nothing to say)
+    assert run(python, "-c", QUICKSTART_DRIVER).stdout.strip() == "quickstart works"
