@@ -40,7 +40,7 @@ def test_ci_runs_what_ci_run_runs():
     for target in ("make test", "make lint", "make docs", "make test-wheel", "TEST_REDIS_USER"):
         assert target in local, target
         assert target in runs, f"{target} is in .ci/run but not in the CI workflow"
-    for env in ("py313-django60", "py310-django42-minimum"):
+    for env in ("py313-django61", "py310-django52-minimum"):
         assert env in local, env
         assert env in runs, env
 
