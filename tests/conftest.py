@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 import redis
+from django.db import connections
 from django.test import override_settings
 
 from dev.embedded_redis import (
@@ -143,6 +144,17 @@ def locks_url(redis_url: str) -> Iterator[str]:
 def _caches_on_test_redis(locks_url: str) -> Iterator[None]:
     with override_settings(CACHES=django_redis_caches(locks_url)):
         yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _database_features_read(django_db_setup: None, django_db_blocker: Any) -> None:
+    """Django 6.1's system checks ask the database whether it supports JSON fields (the
+    django-tasks-db model has one), which pytest-django refuses outside a database test: so
+    whether a test running ``check`` passed depended on whether another had asked first.
+    Asked once here, for every connection."""
+    with django_db_blocker.unblock():
+        for connection in connections.all():
+            connection.features.supports_json_field  # noqa: B018 (read, and kept)
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -28,12 +29,17 @@ NEEDED = [
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), str(ROOT)],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+    # One build at a time in this tree: setuptools writes build/ and the egg-info in it, and
+    # two workers building at once broke each other's.
+    (ROOT / "build").mkdir(exist_ok=True)
+    with open(ROOT / "build" / ".dist-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(
+            [sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), str(ROOT)],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
     return out
 
 
@@ -159,6 +165,8 @@ def test_the_quickstart_works_in_a_venv_with_only_the_wheel(dist, tmp_path, redi
     with open(tmp_path / "shop" / "urls.py", "a", encoding="utf-8") as urls:
         urls.write(QUICKSTART_URLS)
     run(python, "manage.py", "migrate", "--verbosity", "0")
-    checked = run(python, "manage.py", "check", "--deploy")
-    assert "django_redis_lock." not in checked.stdout + checked.stderr  # (ours: nothing to say)
+    # (A new project's own deploy findings fail it on Django 6.1: its console e-mail backend.
+    # Ours must have nothing to say.)
+    checked = run(python, "manage.py", "check", "--deploy", "--fail-level", "CRITICAL")
+    assert "django_redis_lock." not in checked.stdout + checked.stderr
     assert run(python, "-c", QUICKSTART_DRIVER).stdout.strip() == "quickstart works"
