@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -27,20 +28,36 @@ NEEDED = [
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dist")
+def dist(testrun_uid):
+    """The sdist and wheel of this tree, built once per run (the workers share it)."""
     # One build at a time in this tree: setuptools writes build/ and the egg-info in it, and
-    # two workers building at once broke each other's.
+    # two workers building at once broke each other's. The first builds, the others find it.
+    out = ROOT / "build" / "test-dist" / testrun_uid
     (ROOT / "build").mkdir(exist_ok=True)
     with open(ROOT / "build" / ".dist-lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        subprocess.run(
-            [sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), str(ROOT)],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
+        if not list(out.glob("*.whl")):
+            shutil.rmtree(out.parent, ignore_errors=True)  # (earlier runs')
+            subprocess.run(
+                [sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out),
+                 str(ROOT)],
+                check=True, capture_output=True, timeout=600,
+            )  # fmt: skip
     return out
+
+
+@pytest.fixture
+def wheel_python(dist, tmp_path_factory):
+    """A venv with only the built wheel (and what it brings: Django, django-redis, redis-py)."""
+    [wheel] = dist.glob("*.whl")
+    environment = tmp_path_factory.mktemp("wheel") / "venv"
+    venv.create(environment, with_pip=True)
+    python = environment / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", str(wheel)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    return str(python)
 
 
 def test_wheel_and_sdist_carry_templates_migrations_and_py_typed(dist):
@@ -62,33 +79,6 @@ def test_twine_check_passes(dist):
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_wheel_installs_into_a_clean_venv_and_imports(dist, tmp_path):
-    [wheel] = dist.glob("*.whl")
-    environment = tmp_path / "venv"
-    venv.create(environment, with_pip=True)
-    python = environment / "bin" / "python"
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", str(wheel)],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    # No extra is installed: the tasks module imports all the same (Celery's autodiscovery
-    # imports it in a project with the celery extra alone).
-    probe = (
-        "import django_redis_lock, django_redis_lock.tasks, importlib.resources as r;"
-        "print(django_redis_lock.__version__);"
-        "print(r.files('django_redis_lock').joinpath('py.typed').is_file())"
-    )
-    result = subprocess.run(
-        [str(python), "-c", probe], capture_output=True, text=True, cwd=tmp_path
-    )
-    assert result.returncode == 0, result.stderr
-    version, typed = result.stdout.split()
-    assert version == __import__("django_redis_lock").__version__
-    assert typed == "True"
 
 
 # A project made as docs/quickstart.md says, in a venv with only the wheel (and what it brings:
@@ -142,11 +132,23 @@ print("quickstart works")
 """
 
 
-def test_the_quickstart_works_in_a_venv_with_only_the_wheel(dist, tmp_path, redis_url):
-    [wheel] = dist.glob("*.whl")
-    environment = tmp_path / "venv"
-    venv.create(environment, with_pip=True)
-    python = str(environment / "bin" / "python")
+def test_the_wheel_alone_installs_imports_and_runs_the_quickstart(
+    wheel_python, tmp_path, redis_url
+):
+    """One test, so that the venv is made once (a pip install of Django and its company)."""
+    python = wheel_python
+    # No extra is installed: the tasks module imports all the same (Celery's autodiscovery
+    # imports it in a project with the celery extra alone).
+    probe = (
+        "import django_redis_lock, django_redis_lock.tasks, importlib.resources as r;"
+        "print(django_redis_lock.__version__);"
+        "print(r.files('django_redis_lock').joinpath('py.typed').is_file())"
+    )
+    result = subprocess.run([python, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    version, typed = result.stdout.split()
+    assert version == __import__("django_redis_lock").__version__
+    assert typed == "True"
 
     # (Not the suite's settings nor its path: the project's own, as a user's.)
     env = {
@@ -158,7 +160,6 @@ def test_the_quickstart_works_in_a_venv_with_only_the_wheel(dist, tmp_path, redi
         assert done.returncode == 0, f"{args}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
         return done
 
-    run(python, "-m", "pip", "install", "--quiet", str(wheel))
     run(python, "-m", "django", "startproject", "shop", ".", cwd=tmp_path)
     with open(tmp_path / "shop" / "settings.py", "a", encoding="utf-8") as settings:
         settings.write(QUICKSTART_SETTINGS.format(redis_url=redis_url))
