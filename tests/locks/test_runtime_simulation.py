@@ -17,7 +17,7 @@ import pytest
 
 from django_redis_lock.core import flows, uncontended
 from tests.simulation.mutations import CODE_MUTATIONS, mutated_code
-from tests.simulation.runtime.__main__ import PLANTED
+from tests.simulation.runtime.__main__ import PLANTED, TOPOLOGIES
 from tests.simulation.runtime.processes import PER_PROCESS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,11 +30,15 @@ def _simulate(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-# (~25 s alone; a loaded machine, four workers on two cores, may take several times that: the
-# subprocess has its own limit, 600 s.)
+# One test per topology, so that the suite's workers run them side by side (the whole share is
+# about 60 s alone; a loaded machine, four workers on two cores, may take several times that:
+# the subprocess has its own limit, 600 s).
 @pytest.mark.timeout(660)
-def test_every_schedule_of_the_share_keeps_the_invariants() -> None:
-    done = _simulate("share")
+@pytest.mark.parametrize("topology", ["server", "quorum", "cluster"])
+def test_every_schedule_of_the_share_keeps_the_invariants(topology: str) -> None:
+    if topology not in TOPOLOGIES:
+        pytest.skip(f"{topology} is not simulated with this redis-py (runtime/cluster.py)")
+    done = _simulate("share", "--topology", topology)
     assert done.returncode == 0, done.stdout[-20_000:] + done.stderr[-5_000:]
     assert ", 0 failed" in done.stdout
 
