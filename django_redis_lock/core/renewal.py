@@ -108,6 +108,16 @@ class RenewedLease:
         return "Redis did not answer its renewal before the lease ended (stalled or unreachable)"
 
 
+def _why_abandoned(lease: RenewedLease) -> str | None:
+    """Why nobody can release ``lease`` any more (None: someone still may, or it could not be
+    told: renewed, or reported lost, as before)."""
+    try:
+        return lease.abandoned()
+    except Exception:  # the watchdog must never die
+        logger.exception("django-redis-lock: could not tell who holds %s", lease.key)
+        return None
+
+
 @dataclass(slots=True)
 class Renewal:
     """What :meth:`Schedule.look` found at one moment."""
@@ -151,13 +161,15 @@ class Schedule:
                 if paused and lease.answer_by is None and lease.ends_at() <= now:
                     lease.fell_behind(now)  # its answer may be waiting, unread
                 if lease.given_up_at() <= now:
-                    ended.append(lease)
+                    # Its holder gone while its renewal was under way: nobody to tell of a
+                    # loss, but the caller's mistake is still said (abandoned).
+                    reason = _why_abandoned(lease)
+                    if reason is None:
+                        ended.append(lease)
+                    else:
+                        abandoned.append((lease, reason))
             elif lease.due <= now + (0 if lease.failure else lease.length / 6):
-                try:
-                    reason = lease.abandoned()
-                except Exception:  # the watchdog must never die: renew, as before
-                    logger.exception("django-redis-lock: could not tell who holds %s", lease.key)
-                    reason = None
+                reason = _why_abandoned(lease)
                 if reason is None:
                     if lease.ends_at() <= now and not lease.failure:
                         lease.fell_behind(now)

@@ -148,15 +148,13 @@ class Renewer:
                         continue
                     self._condition.wait(None if self._wakes_at is None else self._wakes_at - now)
             for lease, reason in found.abandoned:
-                _warn_abandoned(lease, reason)
+                logger.warning(
+                    "%s was acquired and never released: %s. It is no longer renewed, so "
+                    "it frees when its lease ends (%s at most).",
+                    lease.name, reason, readable(lease.lease),
+                )  # fmt: skip
             for lease in found.ended:
-                # Its object collected (or its owner ended) while its renewal was under way:
-                # nobody to tell of the loss, but the caller's mistake is still said.
-                abandoned = _why_abandoned(lease)
-                if abandoned is None:
-                    lease.on_lost(lease.unrenewed())
-                else:
-                    _warn_abandoned(lease, abandoned)
+                lease.on_lost(lease.unrenewed())
             for client_id, leases in found.batches.items():
                 threading.Thread(
                     target=self._renew_batch,
@@ -208,22 +206,6 @@ class Renewer:
             )
         for lease, reason in lost:
             lease.on_lost(reason)
-
-
-def _why_abandoned(lease: RenewedLease) -> str | None:
-    try:
-        return lease.abandoned()
-    except Exception:  # the watchdog must never die
-        logger.exception("django-redis-lock: could not tell who holds %s", lease.key)
-        return None
-
-
-def _warn_abandoned(lease: RenewedLease, reason: str) -> None:
-    logger.warning(
-        "%s was acquired and never released: %s. It is no longer renewed, so it frees when "
-        "its lease ends (%s at most).",
-        lease.name, reason, readable(lease.lease),
-    )  # fmt: skip
 
 
 renewer = Renewer()
