@@ -646,18 +646,33 @@ def test_a_sync_quorum_acquire_interrupted_at_any_step_holds_or_leaves_nothing(
     assert interrupted_everywhere(InterruptingConnection, lock.acquire, check) >= 4
 
 
+@pytest.fixture
+def interrupting_cluster(settings, redis_cluster):
+    """The locks' client is a RedisCluster whose connections are ``InterruptingConnection``s;
+    yields a plain client of each node (to look at what is left on it)."""
+    factories.cluster_url[:] = [redis_cluster.startup_url]
+    factories.cluster_connection_class[:] = [InterruptingConnection]
+    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.support.factories.cluster_client"
+    clients = [redis.Redis.from_url(server.url) for server in redis_cluster.servers]
+    try:
+        get_redis_client()  # (the slot map read before the steps are counted)
+        yield clients
+    finally:
+        InterruptingConnection.interrupt_at = 0
+        factories.cluster_connection_class.clear()
+        get_redis_client().close()
+        for client in clients:
+            client.close()
+
+
 def test_a_sync_cluster_acquire_interrupted_at_any_step_holds_or_leaves_nothing(
-    settings, redis_cluster
+    interrupting_cluster,
 ):
     """Redis Cluster: an acquisition interrupted with its request out gives back what it took,
     behind the request on the node's own connection (the Cluster client's connection is its
     own: a give-back on another could overtake the request). And the interrupted connection
     is dropped, not lent again with its reply unread: through the Cluster client, an
     interrupted ``SCRIPT LOAD``'s reply was read by the next acquisition as its own."""
-    factories.cluster_url[:] = [redis_cluster.startup_url]
-    factories.cluster_connection_class[:] = [InterruptingConnection]
-    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.support.factories.cluster_client"
-    clients = [redis.Redis.from_url(server.url) for server in redis_cluster.servers]
     name = fresh("sync-cluster")
     lock = Lock(name, timeout=30, wait=1, fencing=True)  # (a script, and its give-back)
 
@@ -669,48 +684,29 @@ def test_a_sync_cluster_acquire_interrupted_at_any_step_holds_or_leaves_nothing(
         # An interrupted connection was dropped, not lent again with its reply unread (the
         # next caller read it as its own).
         no_unread_reply_lent(get_redis_client())
-        nothing_of_ours_held(SimpleNamespace(clients=clients), name, within=5)
+        nothing_of_ours_held(SimpleNamespace(clients=interrupting_cluster), name, within=5)
 
-    try:
-        get_redis_client()  # (the slot map read before the steps are counted)
-        assert interrupted_everywhere(InterruptingConnection, lock.acquire, check) >= 4
-    finally:
-        InterruptingConnection.interrupt_at = 0
-        factories.cluster_connection_class.clear()
-        get_redis_client().close()
-        for client in clients:
-            client.close()
+    assert interrupted_everywhere(InterruptingConnection, lock.acquire, check) >= 4
 
 
 def test_a_cluster_slot_map_read_interrupted_at_any_step_lends_no_unread_reply(
-    settings, redis_cluster
+    interrupting_cluster,
 ):
     """The slot map read again after a connection error (``reread_slot_map``) is redis-py's
     Cluster client's, which gives its connection back to the pool however a command ended:
     interrupted between ``CLUSTER SLOTS``'s send and its read, the next lock operation on that
     connection read the slot map as its reply (found by the runtime simulation on a Cluster,
     seed 1117 of ``many``). The idle connections are dropped instead."""
-    factories.cluster_url[:] = [redis_cluster.startup_url]
-    factories.cluster_connection_class[:] = [InterruptingConnection]
-    settings.DJANGO_REDIS_LOCK_CONNECTION_FACTORY = "tests.support.factories.cluster_client"
-    clients = [redis.Redis.from_url(server.url) for server in redis_cluster.servers]
     name = fresh("slot-map")
+    client = get_redis_client()
 
     def check(interrupted, result):
         no_unread_reply_lent(client)
-        nothing_of_ours_held(SimpleNamespace(clients=clients), name)
+        nothing_of_ours_held(SimpleNamespace(clients=interrupting_cluster), name)
 
-    try:
-        client = get_redis_client()
-        assert interrupted_everywhere(
-            InterruptingConnection, lambda: reread_slot_map(client), check
-        ) >= 3  # fmt: skip
-    finally:
-        InterruptingConnection.interrupt_at = 0
-        factories.cluster_connection_class.clear()
-        get_redis_client().close()
-        for each in clients:
-            each.close()
+    assert interrupted_everywhere(
+        InterruptingConnection, lambda: reread_slot_map(client), check
+    ) >= 3  # fmt: skip
 
 
 def test_a_quorum_release_interrupted_twice_where_its_script_is_not_loaded_releases(
