@@ -11,7 +11,7 @@ TOX_ARGS ?=
 PYENV_BINS := $(shell root=$$(pyenv root 2>/dev/null) && for v in "$$root"/versions/3.1[0-9]*; do [ -x "$$v/bin/python" ] && printf '%s:' "$$v/bin"; done)
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test simulate mutants lint format tox bench docs docs-serve dist test-wheel clean
+.PHONY: help demo test simulate mutants lint format tox bench docs docs-serve dist test-wheel compat clean
 
 help:
 	@echo "make demo   serve the example project on http://127.0.0.1:$(PORT)/ (make demo PORT=8001; embedded Redis unless REDIS_URL is set)"
@@ -20,6 +20,7 @@ help:
 	@echo "make mutants  each planted mutation in a scratch copy: does the runtime simulation's share find it, does the suite (MUTANT_TESTS=tests/locks)? A table; fails when the simulation misses one"
 	@echo "make dist   build the sdist and wheel into dist/ and check them (twine check --strict, check-wheel-contents)"
 	@echo "make test-wheel  make dist, install the wheel into a fresh venv, run a part of the suite from outside the tree against it"
+	@echo "make compat  a rolling upgrade in small: processes of REF (default: the last release tag) beside this tree's on one Redis, mutual exclusion and each reading the other's records checked (COMPAT_ARGS='--rounds 40')"
 	@echo "make docs   build the documentation site into site/, strictly (a broken link, anchor or API reference fails); make docs-serve: serve it on :8001 while editing"
 	@echo "make lint   ruff, mypy and the import contracts (lint-imports)"
 	@echo "make tox    the Python x Django matrix (a missing Python fails it; SKIP_MISSING=1 skips instead)"
@@ -98,6 +99,14 @@ test-wheel: dist
 	cp -r tests dev docs README.md setup.cfg pyproject.toml $(WHEEL_TREE)/
 	cd $(WHEEL_TREE) && TEST_INSTALLED_WHEEL=1 TEST_SERVER=$(SERVER) ../../$(WHEEL_VENV)/bin/python \
 		-m pytest -n $(TEST_JOBS) --dist worksteal $(WHEEL_TESTS)
+
+# A rolling upgrade (dev/compat.py): REF's django_redis_lock and this tree's, in processes side
+# by side on one private Redis. Without REF, the last release's tag; before the first release
+# there is none, and nothing to compare with.
+REF ?= $(shell git describe --tags --abbrev=0 --match 'v[0-9]*' 2>/dev/null)
+COMPAT_ARGS ?=
+compat: $(VENV)/.installed-test
+	$(if $(REF),$(BIN)/python -m dev.compat --ref $(REF) $(COMPAT_ARGS),@echo "compat: no release tagged yet (v*), nothing to compare with; make compat REF=<git ref>")
 
 # The documentation site (mkdocs.yml); strict: a broken link, anchor or reference fails it.
 docs: $(VENV)/.installed-docs

@@ -37,7 +37,8 @@ def test_ci_runs_what_ci_run_runs():
     ci = yaml.safe_load((WORKFLOWS / "ci.yml").read_text(encoding="utf-8"))
     runs = steps_run(ci) + "\n" + yaml.safe_dump(ci)
     local = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    for target in ("make test", "make lint", "make docs", "make test-wheel", "TEST_REDIS_USER"):
+    targets = ("make test", "make lint", "make docs", "make test-wheel", "make compat")
+    for target in (*targets, "TEST_REDIS_USER"):
         assert target in local, target
         assert target in runs, f"{target} is in .ci/run but not in the CI workflow"
     for env in ("py313-django61", "py310-django52-minimum"):

@@ -1,0 +1,295 @@
+"""``make compat REF=<git ref>``: a rolling deploy in small. Processes of another version (the
+*old* side: ``REF``'s ``django_redis_lock``) and of this tree (the *new* side) take the same
+locks on one Redis at once, and a table says whether each check held. Exits 1 when one failed.
+
+    python -m dev.compat --ref v1.0.0            # the release before this one, as a deploy mixes
+    python -m dev.compat --ref 120fa98 --rounds 40
+    python -m dev.compat --tree /elsewhere       # a tree holding a django_redis_lock/ package
+
+Each side's workers (``dev/compat_worker.py``, run by path with the side's tree first on
+``PYTHONPATH``) run the same scenarios through the public API, all at once:
+
+- ``fifo``, ``unfair``: one ``Lock`` (``fair=True``, ``fair=False``): never two holders, no lost
+  update, fencing tokens that only grow, the lock handed between the sides both ways, and no
+  acquisition left waiting for a wake-up the other side never sends (``--stall``);
+- ``semaphore``: never more than its limit of 2 holders;
+- ``many``: ``lock_many`` over two of three names and single ``Lock``s of them: no name held twice;
+- ``once``, ``stampede``, ``submit``: ``run_once``, ``get_or_set_locked`` and
+  ``prevent_double_submit``, each round's body run once, the others reading its kept result;
+- ``records``: each side reads the other's held lock and permit (label, pid, host) as the admin
+  and ``redis_locks`` do;
+- ``dead holder``: a holder of one side killed with SIGKILL, a waiter of the other side on the
+  same host takes the lock long before its lease (120 s) would have ended.
+
+Both sides run on this venv's dependencies: a REF that needs others needs its own run.
+``--key-prefix-old`` gives the old side another ``DJANGO_REDIS_LOCK_KEY_PREFIX``: the two sides
+then never meet, which the checks must report (the tool's own test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from io import BytesIO
+
+import redis
+
+from dev.embedded_redis import EmbeddedRedis
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER = os.path.join(ROOT, "dev", "compat_worker.py")
+EVIDENCE = "compat-evidence:"
+SCENARIOS = [
+    "fifo", "unfair", "semaphore", "many", "once", "stampede", "submit", "tasks", "records",
+]  # fmt: skip
+SIDES = ("old", "new")
+
+
+@dataclass
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+
+def tree_of(ref: str) -> str:
+    """``ref``'s ``django_redis_lock/``, unpacked once into ``build/compat/<commit>/``."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    tree = os.path.join(ROOT, "build", "compat", commit)
+    if not os.path.isdir(os.path.join(tree, "django_redis_lock")):
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", commit, "django_redis_lock"],
+            cwd=ROOT, capture_output=True, check=True,
+        ).stdout  # fmt: skip
+        os.makedirs(os.path.dirname(tree), exist_ok=True)
+        unpacking = tempfile.mkdtemp(dir=os.path.dirname(tree))
+        with tarfile.open(fileobj=BytesIO(archive)) as tar:
+            tar.extractall(unpacking)
+        os.replace(unpacking, tree)
+    return tree
+
+
+class Deploy:
+    """The two sides' processes on one private Redis."""
+
+    def __init__(self, args: argparse.Namespace, url: str) -> None:
+        self.url = url
+        self.trees = {"old": args.old_tree, "new": ROOT}
+        self.prefixes = {"old": args.key_prefix_old, "new": None}
+        self.args = args
+        self.evidence = redis.Redis.from_url(url, decode_responses=True)
+
+    def command(self, side: str, mode: str, *extra: str) -> tuple[list[str], dict[str, str]]:
+        command = [sys.executable, WORKER, mode, "--url", self.url, "--side", side]
+        command += ["--tree", self.trees[side], *extra]
+        if self.prefixes[side] is not None:
+            command += ["--key-prefix", self.prefixes[side]]
+        env = {**os.environ, "PYTHONPATH": self.trees[side]}
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        return command, env
+
+    def run_scenarios(self) -> list[str]:
+        """Every worker through every scenario; returns each side's version."""
+        workers = self.args.workers
+        processes = []
+        for side in SIDES:
+            for index in range(workers):
+                extra = ["--index", str(index), "--total", str(2 * workers)]
+                extra += ["--rounds", str(self.args.rounds)]
+                for scenario in self.args.scenario or SCENARIOS:
+                    extra += ["--scenario", scenario]
+                command, env = self.command(side, "run", *extra)
+                processes.append(
+                    subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+                )
+        versions = []
+        for process in processes:
+            out, _ = process.communicate(timeout=1200)
+            if process.returncode != 0:
+                raise SystemExit(f"a worker failed ({process.returncode}): {out}")
+            versions.append(json.loads(out.strip().splitlines()[-1]))
+        return sorted({f"{v['side']} {v['version']}" for v in versions})
+
+    def dead_holder(self, holding: str, taking: str) -> Check:
+        name = f"compat-dead-{holding}"
+        command, env = self.command(holding, "hold", "--name", name)
+        holder = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "held"
+            command, env = self.command(taking, "take", "--name", name)
+            taker = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+            assert taker.stdout is not None
+            assert taker.stdout.readline().strip() == "waiting"
+            time.sleep(0.5)  # not synchronisation: the waiter queued, or the kill races nothing
+            holder.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            out, _ = taker.communicate(timeout=300)
+            result = json.loads(out.strip().splitlines()[-1])
+        finally:
+            holder.kill()
+            holder.wait()
+        waited = result["at"] - killed
+        name = f"dead holder: {holding} killed, {taking} takes over"
+        if waited < 0:
+            return Check(name, False, "taken while its holder lived: two holders")
+        return Check(
+            name,
+            result["acquired"] and waited < self.args.stall,
+            f"taken {waited * 1000:.0f} ms after the kill (the lease: 120 s)",
+        )
+
+
+def check(deploy: Deploy, scenarios: list[str], rounds: int, workers: int) -> list[Check]:
+    """The invariants of the evidence the workers left (dev/compat_worker.py's docstring)."""
+    evidence = deploy.evidence
+    stall = deploy.args.stall
+    checks = []
+    total = rounds * workers * 2
+
+    def get(scenario: str, *parts: str) -> str | None:
+        value = evidence.get(EVIDENCE + ":".join([scenario, *parts]))
+        return None if value is None else str(value)
+
+    def items(scenario: str, what: str) -> list[str]:
+        return [str(item) for item in evidence.lrange(EVIDENCE + f"{scenario}:{what}", 0, -1)]
+
+    def add(name: str, passed: bool, detail: str) -> None:
+        checks.append(Check(name, passed, detail))
+
+    for scenario in scenarios:
+        problems = items(scenario, "problems")
+        if problems:
+            add(f"{scenario}: what the workers saw", False, "; ".join(problems[:3]))
+    for scenario in ("fifo", "unfair"):
+        if scenario not in scenarios:
+            continue
+        most = int(get(scenario, "most", "lock") or 0)
+        count = int(get(scenario, "count") or 0)
+        add(f"{scenario}: one holder at a time", most == 1, f"at most {most} inside at once")
+        add(f"{scenario}: no lost update", count == total, f"{count} of {total} updates")
+        order = items(scenario, "order")
+        across = [(a, b) for a, b in itertools.pairwise(order) if a != b]
+        handoffs = f"{len(across)} handoffs across"
+        if scenario == "fifo":  # its rounds start together (the worker's lock())
+            add(
+                f"{scenario}: handed between the sides both ways",
+                set(across) == {("old", "new"), ("new", "old")},
+                handoffs,
+            )
+        add_waits(
+            checks, scenario, items(scenario, "waits"), stall, handoffs * (scenario != "fifo")
+        )
+    if "semaphore" in scenarios:
+        most = int(get("semaphore", "most", "permits") or 0)
+        add("semaphore: at most its limit (2)", most <= 2, f"at most {most} at once")
+        add_waits(checks, "semaphore", items("semaphore", "waits"), stall)
+    if "many" in scenarios:
+        most = max(int(get("many", "most", name) or 0) for name in "abc")
+        add("many: no name held twice", most == 1, f"at most {most} holders of one name")
+        add_waits(checks, "many", items("many", "waits"), stall)
+    for scenario in ("once", "stampede", "submit", "tasks"):
+        if scenario in scenarios:
+            runs = [int(get(scenario, "runs", str(round_)) or 0) for round_ in range(rounds)]
+            wrong = [(round_, n) for round_, n in enumerate(runs) if n != 1]
+            add(
+                f"{scenario}: each round run once",
+                not wrong,
+                f"{sum(runs)} runs for {rounds} rounds"
+                + (f"; (round, runs) {wrong[:4]}" if wrong else ""),
+            )
+    if "stampede" in scenarios:
+        split = [r for r in range(rounds) if evidence.scard(f"{EVIDENCE}stampede:values:{r}") != 1]
+        add("stampede: every side read one value", not split, f"rounds with two values: {split}")
+    if "submit" in scenarios:
+        statuses: set[str] = set()
+        mixed = []
+        for round_ in range(rounds):
+            answers = {str(a) for a in evidence.smembers(f"{EVIDENCE}submit:answers:{round_}")}
+            statuses |= {answer.split()[0] for answer in answers}
+            if len({answer for answer in answers if answer.startswith("200 ")}) != 1:
+                mixed.append(round_)
+        add(
+            "submit: the others replayed its response (or 409)",
+            not mixed and statuses <= {"200", "409"},
+            f"statuses {sorted(statuses)}"
+            + (f"; rounds not one response: {mixed[:4]}" if mixed else ""),
+        )
+    if "tasks" in scenarios:
+        most = max(int(get("tasks", "most", str(round_)) or 0) for round_ in range(rounds))
+        add("tasks: one run of a key at a time", most == 1, f"at most {most} runs at once")
+    if "records" in scenarios:
+        read = not items("records", "problems")
+        add("records: each side reads the other's", read, "label, pid and host of each")
+    return checks
+
+
+def add_waits(
+    checks: list[Check], scenario: str, waits: list[str], stall: float, more: str = ""
+) -> None:
+    """A waiter no release of the other side woke waits for its wait to run out: the
+    longest wait says so (the holders hold a millisecond or two)."""
+    longest = max((float(ms) for ms in waits), default=0.0) / 1000
+    checks.append(
+        Check(
+            f"{scenario}: no waiter stalled",
+            longest < stall,
+            f"longest wait {longest:.2f} s of {len(waits)}" + (f"; {more}" if more else ""),
+        )
+    )
+
+
+def report(checks: list[Check], versions: list[str], ref: str) -> str:
+    lines = [f"compat: {ref} (old) beside this tree (new): {', '.join(versions)}", ""]
+    width = max(len(check.name) for check in checks)
+    for check in checks:
+        lines.append(
+            f"{'ok  ' if check.passed else 'FAIL'}  {check.name:<{width}}  {check.detail}"
+        )
+    failed = sum(not check.passed for check in checks)
+    lines += ["", f"{len(checks) - failed} passed, {failed} failed"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--ref", help="the old side: a git ref of this repository")
+    source.add_argument("--tree", help="the old side: a folder holding django_redis_lock/")
+    parser.add_argument("--workers", type=int, default=3, help="processes per side (3)")
+    parser.add_argument("--rounds", type=int, default=20, help="rounds per scenario (20)")
+    parser.add_argument("--scenario", action="append", choices=SCENARIOS)
+    parser.add_argument("--no-dead-holder", action="store_true")
+    parser.add_argument("--stall", type=float, default=5.0, help="a wait this long, s: stalled")
+    parser.add_argument("--key-prefix-old", help="the old side's DJANGO_REDIS_LOCK_KEY_PREFIX")
+    parser.add_argument("--json", action="store_true", help="the checks as JSON")
+    args = parser.parse_args(argv)
+    args.old_tree = os.path.abspath(args.tree) if args.tree else tree_of(args.ref)
+    scenarios = args.scenario or SCENARIOS
+    with EmbeddedRedis() as server:
+        deploy = Deploy(args, server.url)
+        versions = deploy.run_scenarios()
+        checks = check(deploy, scenarios, args.rounds, args.workers)
+        if not args.no_dead_holder:
+            checks += [deploy.dead_holder("old", "new"), deploy.dead_holder("new", "old")]
+    if args.json:
+        print(json.dumps([check.__dict__ for check in checks], indent=2))
+    else:
+        print(report(checks, versions, args.ref or args.tree))
+    return 0 if all(check.passed for check in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

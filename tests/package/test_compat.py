@@ -1,0 +1,64 @@
+"""``make compat`` (dev/compat.py), the rolling-upgrade check, checked itself: this tree beside
+itself passes every check, and two sides that never meet (another key prefix on one side: the
+incompatible format it exists to catch) fail the checks of mutual exclusion, of the guards'
+kept results, of the records and of the dead holder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def compat(*args: str) -> tuple[int, dict[str, dict]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "dev.compat", "--tree", str(ROOT), "--workers", "2",
+         "--rounds", "6", "--json", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.stdout, done.stderr
+    return done.returncode, {check["name"]: check for check in json.loads(done.stdout)}
+
+
+def test_this_tree_beside_itself_passes_every_check():
+    status, checks = compat()
+    failed = {name: check["detail"] for name, check in checks.items() if not check["passed"]}
+    assert not failed
+    assert status == 0
+    for wanted in (
+        "fifo: one holder at a time",
+        "fifo: handed between the sides both ways",
+        "unfair: no lost update",
+        "semaphore: at most its limit (2)",
+        "many: no name held twice",
+        "once: each round run once",
+        "stampede: every side read one value",
+        "submit: the others replayed its response (or 409)",
+        "tasks: one run of a key at a time",
+        "records: each side reads the other's",
+        "dead holder: old killed, new takes over",
+        "dead holder: new killed, old takes over",
+    ):
+        assert wanted in checks
+
+
+def test_two_sides_that_never_meet_fail_it():
+    status, checks = compat("--key-prefix-old", "elsewhere")
+    assert status == 1
+    failed = {name for name, check in checks.items() if not check["passed"]}
+    assert {
+        "fifo: one holder at a time",
+        "unfair: no lost update",
+        "semaphore: at most its limit (2)",
+        "once: each round run once",
+        "submit: each round run once",
+        "tasks: each round run once",
+        "records: each side reads the other's",
+        "dead holder: old killed, new takes over",
+    } <= failed
+    assert checks["dead holder: new killed, old takes over"]["detail"] == (
+        "taken while its holder lived: two holders"
+    )
