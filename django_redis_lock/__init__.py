@@ -63,7 +63,7 @@ from .signals import (
     task_duplicate_found,
 )
 
-__version__ = "0.1.0.dev0"
+__version__ = "1.0.0rc1"
 
 __all__ = [
     "ALL",
