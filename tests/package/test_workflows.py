@@ -5,6 +5,8 @@ building the same site with pinned dependencies."""
 
 from __future__ import annotations
 
+import configparser
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +75,35 @@ def test_read_the_docs_builds_the_same_site_with_pinned_dependencies():
     assert all("==" in line for line in lines), lines
     for wanted in ("mkdocs", "mkdocs-material", "mkdocstrings"):
         assert any(line.lower().startswith(f"{wanted}==") for line in lines), wanted
+
+
+def tox_envs() -> set[str]:
+    """tox.ini's envlist, its braces expanded (``py{312,313}-django{60,61}``)."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "tox.ini", encoding="utf-8")
+    envs: set[str] = set()
+    for line in config["tox"]["envlist"].split():
+        names = [""]
+        for literal, choices in re.findall(r"([^{]*)(?:\{([^}]*)\})?", line):
+            names = [
+                name + literal + choice
+                for name in names
+                for choice in (choices.split(",") if choices else [""])
+            ]
+        envs.update(names)
+    return envs
+
+
+def test_every_matrix_corner_our_prose_names_is_a_tox_env():
+    """The matrix moves (Django 4.2 went, 6.1 came): a page that still names a corner that is
+    gone sends a contributor to run what does not exist."""
+    envs = tox_envs()
+    assert {"py310-django52", "py313-django61", "py310-django52-minimum"} <= envs
+    named = {}
+    paths = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / ".ci" / "run"]
+    for path in [*paths, *(ROOT / "docs").glob("*.md"), *WORKFLOWS.glob("*.yml")]:
+        for env in re.findall(r"\bpy3\d+-django\d+(?:-[a-z]+)?\b", path.read_text("utf-8")):
+            named.setdefault(env, path.name)
+    stale = {env: where for env, where in named.items() if env not in envs}
+    assert not stale, f"not in tox.ini's envlist: {stale}"
+    assert named  # the prose does name some

@@ -14,15 +14,7 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
-import django
 import pytest
-
-if django.VERSION < (5, 2):
-    # django-valkey 0.4 imports django.utils.version.PY313 (Django 5.2+), and its
-    # django_valkey.base connects an async receiver to request_finished, which Django before
-    # 5.0 calls without awaiting it, on every request after: it is for Django 5.2+.
-    pytest.skip("django-valkey 0.4 needs Django 5.2+", allow_module_level=True)
-
 import redis
 import valkey
 from django.core.cache import cache
