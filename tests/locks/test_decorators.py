@@ -1,7 +1,9 @@
 import asyncio
+import inspect
 import threading
 
 import pytest
+from asgiref.sync import iscoroutinefunction
 
 from django_redis_lock import Lock, LockNotAcquired, lock
 from django_redis_lock.primitives.keys import lock_keys
@@ -101,5 +103,7 @@ def test_async_function(redis_client):
         finally:
             await aclose_async_redis_clients()
 
-    assert asyncio.iscoroutinefunction(job)
+    # What Django (asgiref) and the standard library ask; asyncio's own is deprecated in 3.14.
+    assert inspect.iscoroutinefunction(job)
+    assert iscoroutinefunction(job)
     assert asyncio.run(main()) == 1
