@@ -341,11 +341,14 @@ def hold(args: argparse.Namespace) -> None:
 
 
 def take(args: argparse.Namespace) -> None:
-    """For the dead-holder check: wait for ``args.name``; print when it was taken (the
-    system's monotonic clock, which the driver's reads too)."""
-    from django_redis_lock import Lock
+    """For the dead-holder check: wait for ``args.name``; say when it is in line behind its
+    holder, then when it was taken (the system's monotonic clock, which the driver's reads)."""
+    from django_redis_lock import Lock, lock_contended
 
-    print("waiting", flush=True)
+    def queued(**_: Any) -> None:
+        print("queued", flush=True)  # in line behind the holder: the driver kills it now
+
+    lock_contended.connect(queued, weak=False)
     taken = Lock(args.name, timeout=10, wait=100)
     acquired = taken.acquire()
     print(json.dumps({"acquired": acquired, "at": time.monotonic()}), flush=True)
