@@ -101,9 +101,10 @@ test-wheel: dist
 		-m pytest -n $(TEST_JOBS) --dist worksteal $(WHEEL_TESTS)
 
 # A rolling upgrade (dev/compat.py): REF's django_redis_lock and this tree's, in processes side
-# by side on one private Redis. Without REF, the last release's tag; before the first release
-# there is none, and nothing to compare with.
-REF ?= $(shell git describe --tags --abbrev=0 --match 'v[0-9]*' 2>/dev/null)
+# by side on one private Redis. Without REF, the last release tagged before this commit (from
+# HEAD~1: on a release's own commit, the one before it); before the first release, or in a
+# clone without tags, there is none, and nothing to compare with.
+REF ?= $(shell git describe --tags --abbrev=0 --match 'v[0-9]*' HEAD~1 2>/dev/null)
 COMPAT_ARGS ?=
 compat: $(VENV)/.installed-test
 	$(if $(REF),$(BIN)/python -m dev.compat --ref $(REF) $(COMPAT_ARGS),@echo "compat: no release tagged yet (v*), nothing to compare with; make compat REF=<git ref>")
