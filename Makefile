@@ -151,6 +151,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.bench_dead_waiter
 	$(BIN)/python -m benchmarks.bench_faults
 	$(BIN)/python -m benchmarks.bench_metrics
+	$(BIN)/python -m benchmarks.bench_asyncio
 
 clean:
 	rm -rf $(VENV) .tox build dist site *.egg-info example_project/.redis example_project/db.sqlite3

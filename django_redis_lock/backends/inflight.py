@@ -96,6 +96,12 @@ async def carry(
             task.cancel()  # then waited for: it sends its give-back, it does not wait for it
     if not task.done() or task.cancelled():
         done.error = no_reply(reply_timeout if reply_timeout is not None else grace or 0.0)
+        if task.cancelled():
+            # Maybe cancelled before it ever ran (the loop shutting down cancels every
+            # task): nothing was sent, and the exchange is closed here rather than left to the
+            # garbage collector's "never awaited" warning. (A no-op on one that ran: it is
+            # over. One still running, no longer waited for, is left to run.)
+            exchange.close()
     else:
         try:
             done.reply = task.result()
