@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelConnectionPool
@@ -115,24 +115,32 @@ class borrowed:
         self.pool.release(self.connection)
 
 
-@contextlib.asynccontextmanager
-async def aborrowed(client: Any) -> AsyncIterator[Any]:
-    """:func:`_borrowed` for a ``redis.asyncio`` client."""
-    pool = client.connection_pool
-    try:
-        connection = await pool.get_connection()
-    except RedisError as error:
-        _unsent(error)
-        raise
-    try:
-        yield connection
-    except ResponseError:
-        raise
-    except BaseException:
-        await connection.disconnect()
-        raise
-    finally:
-        await pool.release(connection)
+class aborrowed:
+    """:class:`borrowed` for a ``redis.asyncio`` client. A class for the same reason: an
+    ``asynccontextmanager`` costs an async generator per request, and its event loop hooks
+    (measured: about 10 % of the client's CPU per acquisition with 200 tasks waiting)."""
+
+    __slots__ = ("connection", "pool")
+
+    def __init__(self, client: Any) -> None:
+        self.pool = client.connection_pool
+
+    async def __aenter__(self) -> Any:
+        try:
+            self.connection = await self.pool.get_connection()
+        except RedisError as error:
+            _unsent(error)
+            raise
+        return self.connection
+
+    async def __aexit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        # As borrowed's: after anything but a complete error reply (a timeout, a dropped
+        # connection, a cancellation mid-reply), a reply may still be on its way.
+        try:
+            if kind is not None and not issubclass(kind, ResponseError):
+                await self.connection.disconnect()
+        finally:
+            await self.pool.release(self.connection)
 
 
 def sooner(reply_timeout: float | None, socket_timeout: float | None) -> bool:
