@@ -7,7 +7,6 @@ round trip."""
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 import weakref
@@ -26,6 +25,7 @@ from ..exceptions import LockBackendError, LockError, LockLost, LockNotAcquired,
 from . import errors, owners, reports
 from .background import renewal
 from .claims import Claim, Pending, Step
+from .contention import contention
 from .holds import Hold
 from .options import Options, resolve_options
 from .own_tokens import own_tokens
@@ -39,10 +39,6 @@ logger = logging.getLogger("django_redis_lock")
 # What a re-entry reads the time by (monotonic seconds, as a hold's lease end): a seam for the
 # tests that move it past a lease.
 lease_clock = time.monotonic
-
-# How long after an acquisition had to wait the next one through the same object joins the
-# queue at once (one round trip saved per acquisition of a busy lock).
-_CONTENDED_MEMORY = 1.0
 
 #: A primitive's keys (and scripts): ``layout(name, alias, quorum)`` (``keys.lock_keys`` for a
 #: lock; a semaphore's differ).
@@ -86,7 +82,6 @@ class Bookkeeping:
         self.release_failed = False
         # When an acquisition through this object last had to wait: for a while after, the
         # next one joins the queue at once instead of first trying a bare SET that would fail.
-        self._contended_at = -math.inf
         # fair=False: the waiter its latest release woke (first in line still, if it lost the
         # race), whom the next release expects: the script wakes it, not a round trip more.
         self._first_waiter = ""
@@ -185,7 +180,9 @@ class Bookkeeping:
         return resolved.acquisition(
             owner, wait=wait, want_result=want_result, fencing=self.fencing, limit=self.limit,
             job_id=self.job_id, started=started, on_contended=self.contended, fair=self.fair,
-            first=self._first_try(started, want_result, resolved.replicas, resolved.quorum),
+            first=self._first_try(
+                resolved.keys.lease, started, want_result, resolved.replicas, resolved.quorum
+            ),
         )  # fmt: skip
 
     def _reentered(self, owner: object, hold: Hold) -> Claim:
@@ -201,9 +198,11 @@ class Bookkeeping:
         reports.acquired(self.reported, 0.0, hold.fence)
         return Claim(True)
 
-    def _first_try(self, now: float, want_result: bool, replicas: int, quorum: bool) -> str:
+    def _first_try(
+        self, key: str, now: float, want_result: bool, replicas: int, quorum: bool
+    ) -> str:
         """How an acquisition starts (see ``flows.acquire``)."""
-        if replicas or (not quorum and self.contended_lately(now)):
+        if replicas or (not quorum and self.contended_lately(key, now)):
             return "join"
         if self.fencing or want_result or self.limit:
             return "take"  # (a semaphore's permit: always a script)
@@ -211,15 +210,15 @@ class Bookkeeping:
 
     def contended(self, plan: flows.AcquirePlan, holder: Any) -> None:
         """An acquisition through this object has to wait (``AcquirePlan.on_contended``)."""
-        self._contended_at = time.monotonic()
+        contention.saw(plan.keys.lease, time.monotonic())
         reports.contended(self.reported, plan.max_wait, holder)
 
-    def contended_lately(self, now: float) -> bool:
-        """Whether an acquisition through this object had to wait lately: the next one joins
-        the queue at once (one round trip saved per acquisition of a busy lock). Never for a
-        lock taken with fair=False: its releases leave it free for whoever asks first, so a
-        bare SET is the best first try, busy or not."""
-        return self.fair and now - self._contended_at < _CONTENDED_MEMORY
+    def contended_lately(self, key: str, now: float) -> bool:
+        """Whether an acquisition of this lock (lease ``key``) in this process had to wait
+        lately: the next one joins the queue at once (``contention.py``). Never for a lock
+        taken with fair=False: its releases leave it free for whoever asks first, so a bare SET
+        is the best first try, busy or not."""
+        return self.fair and contention.lately(key, now)
 
     # -- what an acquisition's outcome means ---------------------------------------------------
 
@@ -235,7 +234,7 @@ class Bookkeeping:
         if isinstance(outcome, flows.Done):
             reports.done_elsewhere(self.reported, time.monotonic() - pending.plan.started)
             return Claim(False, result=outcome.result)
-        self._contended_at = time.monotonic()
+        contention.saw(pending.plan.keys.lease, time.monotonic())
         max_wait = pending.plan.max_wait
         reports.gave_up(self.reported, max_wait)
         refusal = LockNotAcquired(

@@ -37,7 +37,7 @@ def take(book: Bookkeeping, wait: float | None) -> QuickTake | None:
     started = time.monotonic()
     keys = resolved.keys
     if (
-        book.contended_lately(started)
+        book.contended_lately(keys.lease, started)
         or book.hold_of(owner) is not None
         or strays.waiting(keys.lease)
     ):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_redis_lock.primitives import own_tokens, owners, reentrancy, strays
+from django_redis_lock.primitives import contention, own_tokens, owners, reentrancy, strays
 from django_redis_lock.primitives.background import dead_holders, process_records, renewal
 
 __all__ = ["PER_PROCESS", "SimulatedProcess"]
@@ -23,6 +23,7 @@ __all__ = ["PER_PROCESS", "SimulatedProcess"]
 # state of its own per simulated process (its __dict__).
 PER_PROCESS: tuple[tuple[Any, str], ...] = (
     (strays, "strays"),
+    (contention, "contention"),
     (own_tokens, "own_tokens"),
     (reentrancy, "reentrant_holds"),
     (process_records, "recorded"),
