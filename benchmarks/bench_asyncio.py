@@ -9,9 +9,9 @@ task, until the time is up: acquire (waiting up to 60 s), yield to the loop once
 holding, release. Per row: acquisitions per second (all tasks together), Jain's fairness index
 over the tasks' counts (1.0: every task got the same share), the wait's median and p99, the
 client's CPU per acquisition (this process: its one event loop, and the threads the library
-runs, such as lease renewal), the server's, the most connections the server saw at once, and
-overlaps (an in-loop check: never two holders of one lock). Written to
-``benchmarks/results-asyncio.md``.
+runs, such as lease renewal), the server's, round trips per acquisition (counted at the
+client), the connections the server accepted, and overlaps (an in-loop check: never two
+holders of one lock). Written to ``benchmarks/results-asyncio.md``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import redis.asyncio.lock
 
 from benchmarks.harness.machine import describe_machine, log
 from benchmarks.harness.markdown import fmt, heading, md_table, na_row
-from benchmarks.harness.records import jain, percentile, server_cpu
+from benchmarks.harness.records import RequestCounter, jain, percentile, server_cpu
 from benchmarks.harness.servers import private_redis
 
 HERE = Path(__file__).resolve().parent
@@ -152,6 +152,7 @@ class Outcome:
     server_cpu: float
     connections: int
     overlaps: int
+    requests: int = 0  # round trips (a pipeline: one), counted at the client
 
 
 async def contend(take: Take, names: list[str], tasks: int, seconds: float) -> Outcome:
@@ -207,7 +208,12 @@ def measure(
                 stack.push_async_callback(aclose_async_redis_clients)
             return await contend(take, names, tasks, seconds)
 
-    outcome = asyncio.run(run())
+    counter = RequestCounter().install()
+    try:
+        outcome = asyncio.run(run())
+    finally:
+        counter.uninstall()
+    outcome.requests = counter.counts["lock"]
     outcome.server_cpu = server_cpu(admin) - server_before
     outcome.connections = int(admin.info("stats")["total_connections_received"])
     return outcome
@@ -224,6 +230,7 @@ def row(title: str, outcome: Outcome) -> list[str]:
         fmt(percentile(waits_ms, 0.99), 2),
         fmt(outcome.client_cpu / acquisitions * 1e6),
         fmt(outcome.server_cpu / acquisitions * 1e6),
+        fmt(outcome.requests / acquisitions, 2),
         str(outcome.connections),
         str(outcome.overlaps),
     ]
@@ -249,7 +256,7 @@ def default_pool_rows(url: str, tasks: int) -> list[list[str]]:
 
 HEADER = [
     "lock", "acq/s", "Jain", "wait p50 ms", "wait p99 ms", "client CPU µs/acq",
-    "server CPU µs/acq", "connections made", "overlaps",
+    "server CPU µs/acq", "round trips/acq", "connections made", "overlaps",
 ]  # fmt: skip
 
 
