@@ -80,8 +80,6 @@ class Bookkeeping:
         # Set for good once a release through this object did not complete: from then on an
         # acquisition looks for one to finish first, which costs nothing until then.
         self.release_failed = False
-        # When an acquisition through this object last had to wait: for a while after, the
-        # next one joins the queue at once instead of first trying a bare SET that would fail.
         # fair=False: the waiter its latest release woke (first in line still, if it lost the
         # race), whom the next release expects: the script wakes it, not a round trip more.
         self._first_waiter = ""
