@@ -24,7 +24,7 @@ help:
 	@echo "make docs   build the documentation site into site/, strictly (a broken link, anchor or API reference fails); make docs-serve: serve it on :8001 while editing"
 	@echo "make lint   ruff, mypy and the import contracts (lint-imports)"
 	@echo "make tox    the Python x Django matrix (a missing Python fails it; SKIP_MISSING=1 skips instead)"
-	@echo "make bench  compare the lock with other Redis locks, the task guards with celery-once and celery-singleton, the semaphore, dead waiters and faults, and the metrics (~22 minutes), writes benchmarks/results*.md"
+	@echo "make bench  compare the lock with other Redis locks, the task guards with celery-once and celery-singleton, the semaphore, dead waiters and faults, the metrics, and asyncio at scale (~24 minutes), writes benchmarks/results*.md"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
