@@ -298,7 +298,10 @@ def _async_twin(client: RedisClient, alias: str) -> AsyncClient:
             "pools, Sentinel and Redis Cluster. Use the sync API, or async_to_sync."
         )
 
-    return cast(AsyncClient, twin(client, REDIS, REDIS_ASYNCIO, refuse))
+    # Each waiting task holds a connection of its own (its BLPOP): a pool of redis-py 8's
+    # default size (100) would fail the 101st task waiting at once, so a size nobody chose is
+    # no limit here; a size the cache was given is kept (docs/async.md).
+    return cast(AsyncClient, twin(client, REDIS, REDIS_ASYNCIO, refuse, unbounded_by_default=True))
 
 
 def get_async_redis_client(alias: str | None = None) -> AsyncClient:

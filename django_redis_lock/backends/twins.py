@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 import redis.asyncio
@@ -127,7 +127,33 @@ def _cluster_twin(client: Any, target: ClientFamily, dropped: frozenset[str]) ->
     )
 
 
-def _sentinel_twin(pool: Any, target: ClientFamily, dropped: frozenset[str]) -> Any:
+#: A pool that never refuses a connection (redis-py 8 reads a size of None as 100).
+UNBOUNDED = 2**31
+
+
+_default_sizes: dict[type[Any], int] = {}
+
+
+def _default_size(pool_class: type[Any]) -> int:
+    """How many connections a pool of ``pool_class`` allows when nobody said (redis-py 8:
+    100; earlier versions: 2**31). Read from a pool made for it: it connects nowhere."""
+    if pool_class not in _default_sizes:
+        _default_sizes[pool_class] = int(pool_class().max_connections)
+    return _default_sizes[pool_class]
+
+
+def pool_size(pool: Any, source: ClientFamily, unbounded_by_default: bool) -> int | None:
+    """The size of a twin's pool: the size ``pool``'s user chose, or, when ``pool`` has its
+    library's default and ``unbounded_by_default``, no limit. (None: ``pool`` says none.)"""
+    size = getattr(pool, "max_connections", None)
+    if unbounded_by_default and size == _default_size(source.pool):
+        return UNBOUNDED
+    return cast("int | None", size)
+
+
+def _sentinel_twin(
+    pool: Any, target: ClientFamily, dropped: frozenset[str], size: int | None
+) -> Any:
     manager = pool.sentinel_manager
     sentinels = [
         (sentinel.connection_pool.connection_kwargs["host"],
@@ -141,7 +167,9 @@ def _sentinel_twin(pool: Any, target: ClientFamily, dropped: frozenset[str]) -> 
         sentinel_kwargs=copyable(manager.sentinel_kwargs, connection, dropped=dropped),
         **copyable(pool.connection_kwargs, connection, dropped=dropped),
     )
-    return target_manager.master_for(pool.service_name)
+    return target_manager.master_for(
+        pool.service_name, **({} if size is None else {"max_connections": size})
+    )
 
 
 def twin(
@@ -151,17 +179,20 @@ def twin(
     refuse: Callable[[str], ImproperlyConfigured],
     *,
     dropped: frozenset[str] = frozenset(),
+    unbounded_by_default: bool = False,
 ) -> Any:
     """A ``target`` client for the server(s) of ``client``, a ``source`` client.
 
     ``refuse(what)`` makes the error for a client whose configuration cannot be carried over
-    (``what`` describes it); ``dropped`` names options not to carry over.
+    (``what`` describes it); ``dropped`` names options not to carry over. Its pool has the
+    size of ``client``'s, unless that is its library's default and ``unbounded_by_default``
+    (:func:`pool_size`).
     """
     if isinstance(client, source.cluster):
         return _cluster_twin(client, target, dropped)
     pool: Any = getattr(client, "connection_pool", None)
     if isinstance(pool, source.sentinel_pool):
-        return _sentinel_twin(pool, target, dropped)
+        return _sentinel_twin(pool, target, dropped, pool_size(pool, source, unbounded_by_default))
     connection_class = getattr(pool, "connection_class", None)
     target_connection = next(
         (
@@ -182,7 +213,7 @@ def twin(
         )
     target_pool = target.pool(
         connection_class=target_connection,
-        max_connections=pool.max_connections,
+        max_connections=pool_size(pool, source, unbounded_by_default),
         **copyable(pool.connection_kwargs, target_connection, dropped=dropped),
     )
     return target.client(connection_pool=target_pool)
