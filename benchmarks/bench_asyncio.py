@@ -6,12 +6,12 @@ one private redis-server; ours beside redis-py's asyncio ``Lock`` and redis-fifo
 Every pool has room for 1,000 connections: redis-py 8's default of 100 is too few for 200
 tasks of redis-py's own ``Lock`` (``MaxConnectionsError``: the last table tries each lock with
 the cache's default pool). Each task, until the time is up: acquire (waiting up to 60 s),
-yield to the loop once while holding, release. Per row: acquisitions per second (all tasks together), Jain's fairness index
-over the tasks' counts (1.0: every task got the same share), the wait's median and p99, the
-client's CPU per acquisition (this process: its one event loop, and the threads the library
-runs, such as lease renewal), the server's, round trips per acquisition (counted at the
-client), the connections the server accepted, and overlaps (an in-loop check: never two
-holders of one lock). Written to ``benchmarks/results-asyncio.md``.
+yield to the loop once while holding, release. Per row: acquisitions per second (all tasks
+together), Jain's fairness index over the tasks' counts (1.0: every task got the same share),
+the wait's median and p99, the client's CPU per acquisition (this process: its one event loop,
+and the threads the library runs, such as lease renewal), the server's, round trips per
+acquisition (counted at the client), the connections the server accepted, and overlaps (an
+in-loop check: never two holders of one lock). Written to ``benchmarks/results-asyncio.md``.
 """
 
 from __future__ import annotations
