@@ -26,7 +26,10 @@ def compat(*args: str, old: Path = ROOT) -> tuple[int, dict[str, dict]]:
 
 
 def test_this_tree_beside_itself_passes_every_check():
-    status, checks = compat()
+    # Loose time bounds here: a loaded machine may be slow, never wrong. (The planted lost
+    # wake-up below shows the tool's own bound of 0.5 s failing when it should: too slow is
+    # the robust direction.)
+    status, checks = compat("--handoff", "5", "--stall", "10")
     failed = {name: check["detail"] for name, check in checks.items() if not check["passed"]}
     assert not failed
     assert status == 0
