@@ -43,14 +43,11 @@ from io import BytesIO
 
 import redis
 
+from dev.compat_worker import SCENARIOS, evidence_key
 from dev.embedded_redis import EmbeddedRedis, die_with_parent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "dev", "compat_worker.py")
-EVIDENCE = "compat-evidence:"
-SCENARIOS = [
-    "fifo", "unfair", "semaphore", "many", "once", "stampede", "submit", "tasks", "records",
-]  # fmt: skip
 SIDES = ("old", "new")
 
 
@@ -197,11 +194,11 @@ def check(deploy: Deploy, scenarios: list[str], rounds: int, workers: int) -> li
     total = rounds * workers * 2
 
     def get(scenario: str, *parts: str) -> str | None:
-        value = evidence.get(EVIDENCE + ":".join([scenario, *parts]))
+        value = evidence.get(evidence_key(scenario, *parts))
         return None if value is None else str(value)
 
     def items(scenario: str, what: str) -> list[str]:
-        return [str(item) for item in evidence.lrange(EVIDENCE + f"{scenario}:{what}", 0, -1)]
+        return [str(item) for item in evidence.lrange(evidence_key(scenario, what), 0, -1)]
 
     def add(name: str, passed: bool, detail: str) -> None:
         checks.append(Check(name, passed, detail))
@@ -238,13 +235,17 @@ def check(deploy: Deploy, scenarios: list[str], rounds: int, workers: int) -> li
                 + (f"; (round, runs) {wrong[:4]}" if wrong else ""),
             )
     if "stampede" in scenarios:
-        split = [r for r in range(rounds) if evidence.scard(f"{EVIDENCE}stampede:values:{r}") != 1]
+        split = [
+            r for r in range(rounds) if evidence.scard(evidence_key("stampede", "values", r)) != 1
+        ]
         add("stampede: every side read one value", not split, f"rounds with two values: {split}")
     if "submit" in scenarios:
         statuses: set[str] = set()
         mixed = []
         for round_ in range(rounds):
-            answers = {str(a) for a in evidence.smembers(f"{EVIDENCE}submit:answers:{round_}")}
+            answers = {
+                str(a) for a in evidence.smembers(evidence_key("submit", "answers", round_))
+            }
             statuses |= {answer.split()[0] for answer in answers}
             if len({answer for answer in answers if answer.startswith("200 ")}) != 1:
                 mixed.append(round_)

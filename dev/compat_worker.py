@@ -34,6 +34,14 @@ from typing import Any
 import redis
 
 EVIDENCE = "compat-evidence:"
+
+
+def evidence_key(scenario: str, *parts: object) -> str:
+    """Where a scenario's evidence is (the module docstring's list): the workers write it, the
+    driver (dev/compat.py) reads it."""
+    return EVIDENCE + ":".join([scenario, *map(str, parts)])
+
+
 BARRIER_WAIT = 120.0  # s: the slowest worker's start (Django's, the side's imports) and scenario
 
 
@@ -85,7 +93,7 @@ class Worker:
         return f"{self.side}-{self.index}"
 
     def key(self, scenario: str, *parts: object) -> str:
-        return EVIDENCE + ":".join([scenario, *map(str, parts)])
+        return evidence_key(scenario, *parts)
 
     def problem(self, scenario: str, text: str) -> None:
         self.evidence.rpush(self.key(scenario, "problems"), f"{self.me}: {text}")
